@@ -1,0 +1,243 @@
+"""The policy file (CONTRACT.md): strict models, loading, validation with field paths, and deciders.
+
+A file is YAML or JSON. Every problem is reported with its field path, all at once, so that a user can
+fix a file in one pass; ``load_policy_file`` raises :class:`PolicyFileError` holding them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BeforeValidator, Field, ValidationError
+
+from policies import registry
+from policies.base import Policy, WorkloadContext
+from policies.behavior import BehaviorState
+from policies.pipeline import WorkloadDecider
+from policies.spec import Behavior, Duration, Fallback, MetricSpec, StrictModel, parse_duration
+
+DEFAULT_COLD_START_SECONDS = 300
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+def _cold_start(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    return parse_duration(value)
+
+
+ColdStart = Annotated[int | Literal["auto"], BeforeValidator(_cold_start)]
+
+
+class TargetRef(StrictModel):
+    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
+    api_version: str = Field(default="apps/v1", alias="apiVersion")
+    namespace: str = Field(pattern=DNS_LABEL, max_length=63)
+    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
+
+
+class PrometheusConfig(StrictModel):
+    url: str = "http://localhost:9090"
+    timeout: float = Field(default=5.0, gt=0)
+    bearer_token_file: str | None = Field(default=None, alias="bearerTokenFile")
+    ca_file: str | None = Field(default=None, alias="caFile")
+    insecure_skip_verify: bool = Field(default=False, alias="insecureSkipVerify")
+    staleness_seconds: Duration = Field(default=120, alias="stalenessSeconds", ge=1)
+
+
+class Workload(StrictModel):
+    target: TargetRef
+    min_replicas: int = Field(default=1, alias="minReplicas", ge=1)
+    max_replicas: int = Field(alias="maxReplicas", ge=1)
+    cold_start_seconds: ColdStart = Field(default=DEFAULT_COLD_START_SECONDS, alias="coldStartSeconds")
+    metrics: list[MetricSpec] = Field(min_length=1)
+    policy: dict[str, Any] = Field(default_factory=lambda: {"type": "threshold"})
+    behavior: Behavior = Behavior()
+    fallback: Fallback = Fallback()
+    replicas_query: str | None = Field(default=None, alias="replicasQuery")
+
+    @property
+    def key(self) -> str:
+        """The workload's name everywhere: ``namespace/name`` of its target."""
+        return f"{self.target.namespace}/{self.target.name}"
+
+    @property
+    def policy_type(self) -> str:
+        return str(self.policy.get("type", "threshold"))
+
+    def context(self, interval: float, measured_cold_start: float | None = None) -> WorkloadContext:
+        if self.cold_start_seconds == "auto":
+            cold = DEFAULT_COLD_START_SECONDS if measured_cold_start is None else measured_cold_start
+        else:
+            cold = float(self.cold_start_seconds)
+        return WorkloadContext(
+            metrics=tuple(self.metrics),
+            min_replicas=self.min_replicas,
+            max_replicas=self.max_replicas,
+            interval=interval,
+            cold_start_seconds=cold,
+            behavior=self.behavior.resolved(),
+        )
+
+    def build_policy(self, interval: float, state: Any = None) -> Policy:
+        return registry.build(registry.parse_params(self.policy), self.context(interval), state)
+
+
+class PolicyFile(StrictModel):
+    interval: Duration = Field(default=15, ge=1, le=3600)
+    prometheus: PrometheusConfig = PrometheusConfig()
+    workloads: list[Workload] = Field(min_length=1)
+
+    def workload(self, key: str) -> Workload | None:
+        return next((w for w in self.workloads if w.key == key), None)
+
+    def decider(self, workload: Workload, previous: WorkloadDecider | None = None) -> WorkloadDecider:
+        """A decider for ``workload``; decision state of ``previous`` survives when the policy type is the same."""
+        behavior_state: BehaviorState | None = None
+        policy_state = None
+        if previous is not None:
+            behavior_state = previous.behavior_state
+            if previous.policy.type == workload.policy_type:
+                policy_state = previous.policy.state
+        policy = workload.build_policy(self.interval, policy_state)
+        decider = WorkloadDecider(workload.context(self.interval), policy, workload.fallback, behavior_state)
+        if previous is not None:
+            decider.failures = previous.failures
+        return decider
+
+
+class PolicyFileError(Exception):
+    """A policy file that cannot be used; ``problems`` holds one ``path: message`` line per problem."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+def format_loc(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif isinstance(part, str) and (part.startswith("function-") or part in {"int", "literal['auto']"}):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(file)"
+
+
+def _problems(error: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
+    lines = []
+    for item in error.errors(include_url=False):
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "missing":
+            message = "required field is missing"
+        lines.append(f"{format_loc(prefix + tuple(item['loc']))}: {message}")
+    return list(dict.fromkeys(lines))
+
+
+def _workload_problems(index: int, raw: dict[str, Any], interval: Any) -> list[str]:
+    """Checks across fields of one workload, on the raw data so they run even beside shape errors."""
+    where = f"workloads[{index}]"
+    problems = []
+    lo, hi = raw.get("minReplicas", 1), raw.get("maxReplicas")
+    if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+        problems.append(f"{where}.minReplicas: must not exceed maxReplicas ({lo} > {hi})")
+    metrics = raw.get("metrics")
+    if isinstance(metrics, list):
+        names = [m.get("name") for m in metrics if isinstance(m, dict)]
+        repeated = sorted({str(n) for n in names if n is not None and names.count(n) > 1})
+        if repeated:
+            problems.append(f"{where}.metrics: metric names must be distinct; repeated: {', '.join(repeated)}")
+    policy = raw.get("policy", {"type": "threshold"})
+    prefix: tuple[Any, ...] = ("workloads", index, "policy")
+    if not isinstance(policy, dict):
+        return problems + [f"{where}.policy: must be a mapping with a 'type'"]
+    try:
+        params = registry.parse_params(policy)
+    except KeyError as exc:
+        return problems + [f"{format_loc(prefix + ('type',))}: {exc.args[0]}"]
+    except ValidationError as exc:
+        return problems + _problems(exc, prefix)
+    try:
+        workload = Workload.model_validate(raw)
+        registry.build(params, workload.context(float(interval) if isinstance(interval, int) else 15.0))
+    except ValidationError:
+        pass
+    except ValueError as exc:
+        problems.append(f"{where}.policy: {exc}")
+    return problems
+
+
+def _semantic_problems(data: dict[str, Any]) -> list[str]:
+    workloads = data.get("workloads")
+    if not isinstance(workloads, list):
+        return []
+    problems = []
+    seen: dict[tuple[str, str, str], int] = {}
+    for index, raw in enumerate(workloads):
+        if not isinstance(raw, dict):
+            continue
+        problems.extend(_workload_problems(index, raw, data.get("interval", 15)))
+        target = raw.get("target")
+        if isinstance(target, dict):
+            ref = (str(target.get("kind", "Deployment")), str(target.get("namespace")), str(target.get("name")))
+            if ref in seen:
+                problems.append(
+                    f"workloads[{index}].target: same target as workloads[{seen[ref]}]: {ref[0]} {ref[1]}/{ref[2]}"
+                )
+            seen.setdefault(ref, index)
+    return problems
+
+
+def parse_policy_document(data: Any, source: str = "<policy>") -> PolicyFile:
+    """Validate already-parsed data; raises :class:`PolicyFileError` with every problem."""
+    if not isinstance(data, dict):
+        raise PolicyFileError(source, ["(file): the policy file must be a mapping with 'workloads'"])
+    problems: list[str] = []
+    document: PolicyFile | None = None
+    try:
+        document = PolicyFile.model_validate(data)
+    except ValidationError as exc:
+        problems.extend(_problems(exc))
+    problems.extend(_semantic_problems(data))
+    if problems or document is None:
+        raise PolicyFileError(source, list(dict.fromkeys(problems)))
+    return document
+
+
+def parse_policy_text(text: str, source: str = "<policy>") -> PolicyFile:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyFileError(source, [f"(file): {where}not valid YAML or JSON: {problem}"]) from None
+    return parse_policy_document(data, source)
+
+
+def load_policy_file(path: str | Path) -> PolicyFile:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyFileError(str(path), [f"(file): cannot read: {exc}"]) from None
+    return parse_policy_text(text, str(path))
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of the policy file, for editors; policy blocks list every built-in type's keys."""
+    schema = PolicyFile.model_json_schema(by_alias=True)
+    variants = [cls.Params.model_json_schema(by_alias=True) for cls in registry.available().values()]
+    definitions = schema.setdefault("$defs", {})
+    definitions["Workload"]["properties"]["policy"] = {"anyOf": variants, "default": {"type": "threshold"}}
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "vllm-autoscaler policy file"
+    return json.loads(json.dumps(schema, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v))

@@ -1,0 +1,69 @@
+"""What every policy sees and returns, and the interface a policy implements.
+
+A policy turns one observation into a raw replica proposal. It does no I/O and never reads the clock:
+``Observation.now`` is the only time it knows. Anything it remembers between ticks lives in its
+``state`` attribute, a plain dataclass, so that a replay is deterministic and a reload can carry it over.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel
+
+from policies.spec import MetricSpec, ResolvedBehavior
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One tick's inputs. A metric maps to ``None`` when it had no value (empty, NaN, error, stale)."""
+
+    now: float
+    current_replicas: int
+    metrics: Mapping[str, float | None]
+    ready_replicas: int | None = None
+
+    def value(self, name: str) -> float | None:
+        value = self.metrics.get(name)
+        if value is None or not math.isfinite(value):
+            return None
+        return value
+
+    @property
+    def capacity_basis(self) -> int:
+        """The replicas that carry today's load: ready ones when known (as the HPA counts for ``Value``)."""
+        return self.current_replicas if self.ready_replicas is None else self.ready_replicas
+
+
+@dataclass(frozen=True)
+class WorkloadContext:
+    """Per-workload facts a policy may need besides its own parameters."""
+
+    metrics: tuple[MetricSpec, ...]
+    min_replicas: int
+    max_replicas: int
+    interval: float
+    cold_start_seconds: float
+    behavior: ResolvedBehavior
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A raw recommendation. ``replicas is None`` means: hold, and leave no trace in the windows."""
+
+    replicas: int | None
+    reason: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Policy(Protocol):
+    """The interface of a policy. Register an implementation in ``policies.registry``."""
+
+    type: ClassVar[str]
+    Params: ClassVar[type[BaseModel]]
+    state: Any
+
+    def recommend(self, observation: Observation) -> Proposal: ...

@@ -1,0 +1,116 @@
+"""One workload's decision: policy, then behavior, in the order of the HPA's ``reconcileAutoscaler``.
+
+The daemon, ``replay`` and the simulator all decide through :class:`WorkloadDecider`; there is no
+second copy of this logic anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from policies.base import Observation, Policy, WorkloadContext
+from policies.behavior import BehaviorState, Limit, normalize
+from policies.spec import Fallback, ResolvedBehavior
+
+
+class Reason:
+    """The machine-readable ``reason`` words of the decision log and ``replay --out``."""
+
+    SCALE_UP = "scale-up"
+    SCALE_DOWN = "scale-down"
+    WITHIN_TOLERANCE = "within-tolerance"
+    STEADY = "steady"
+    STABILIZED = "stabilized"
+    RATE_LIMITED = "rate-limited"
+    BOUNDS = "bounds"
+    METRICS_UNAVAILABLE = "metrics-unavailable"
+    FALLBACK = "fallback"
+    SCALING_DISABLED = "scaling-disabled"
+
+
+@dataclass(frozen=True)
+class Decision:
+    now: float
+    current: int
+    recommended: int
+    desired: int
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def changes(self) -> bool:
+        return self.desired != self.current
+
+
+class WorkloadDecider:
+    """Decision state of one workload: the policy's state and the behavior history."""
+
+    def __init__(
+        self,
+        ctx: WorkloadContext,
+        policy: Policy,
+        fallback: Fallback | None = None,
+        behavior_state: BehaviorState | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.policy = policy
+        self.fallback = fallback or Fallback()
+        self.behavior_state = behavior_state or BehaviorState()
+        self.failures = 0
+
+    @property
+    def behavior(self) -> ResolvedBehavior:
+        return self.ctx.behavior
+
+    def set_cold_start(self, seconds: float) -> None:
+        """Use a measured cold start from now on (``coldStartSeconds: auto``)."""
+        self.ctx = replace(self.ctx, cold_start_seconds=seconds)
+        if hasattr(self.policy, "ctx"):
+            self.policy.ctx = self.ctx  # type: ignore[attr-defined]
+
+    def decide(self, observation: Observation) -> Decision:
+        now, current = observation.now, observation.current_replicas
+        lo, hi = self.ctx.min_replicas, self.ctx.max_replicas
+        self.behavior_state.record_initial(current, now)
+        if current == 0 and lo != 0:
+            return Decision(now, current, 0, 0, Reason.SCALING_DISABLED)
+        if current > hi:
+            return Decision(now, current, hi, hi, Reason.BOUNDS)
+        if current < lo:
+            return Decision(now, current, lo, lo, Reason.BOUNDS)
+
+        proposal = self.policy.recommend(observation)
+        details: dict[str, Any] = {"policy": dict(proposal.details)}
+        if proposal.replicas is None:
+            self.failures += 1
+            details["consecutive_failures"] = self.failures
+            if self.fallback.replicas is None or self.failures < self.fallback.failure_threshold:
+                return Decision(now, current, current, current, Reason.METRICS_UNAVAILABLE, details)
+            raw, base_reason = min(max(self.fallback.replicas, lo), hi), Reason.FALLBACK
+        else:
+            self.failures = 0
+            raw, base_reason = max(proposal.replicas, 0), proposal.reason
+
+        result = normalize(self.behavior_state, self.behavior, current, raw, lo, hi, now)
+        details["stabilized"] = result.stabilized
+        if result.limit == Limit.RATE:
+            reason = Reason.RATE_LIMITED
+        elif result.limit == Limit.BOUNDS:
+            reason = Reason.BOUNDS
+        elif base_reason == Reason.FALLBACK:
+            reason = Reason.FALLBACK
+        elif result.stabilized != raw:
+            reason = Reason.STABILIZED
+        elif result.desired > current:
+            reason = Reason.SCALE_UP
+        elif result.desired < current:
+            reason = Reason.SCALE_DOWN
+        else:
+            reason = base_reason
+        return Decision(now, current, raw, result.desired, reason, details)
+
+    def applied(self, decision: Decision) -> None:
+        """The decision's count was written (or, offline, took effect): remember it for the rate limits."""
+        if decision.changes:
+            self.behavior_state.store_scale_event(self.behavior, decision.current, decision.desired, decision.now)

@@ -1,0 +1,52 @@
+"""Policies by ``policy.type``: the built-in three, plus any installed under the entry point group
+``vllm_autoscaler.policies`` (``name = "package.module:PolicyClass"``, a class with ``type``, ``Params``,
+``__init__(params, ctx)``, ``state`` and ``recommend(observation)``)."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any
+
+from pydantic import BaseModel
+
+from policies.base import Policy, WorkloadContext
+from policies.pid import PIDPolicy
+from policies.predictive import PredictivePolicy
+from policies.threshold import ThresholdPolicy
+
+ENTRY_POINT_GROUP = "vllm_autoscaler.policies"
+BUILTIN: dict[str, Any] = {cls.type: cls for cls in (ThresholdPolicy, PIDPolicy, PredictivePolicy)}
+
+
+@cache
+def available() -> dict[str, Any]:
+    """Every policy class by type name; a plug-in cannot shadow a built-in."""
+    found = dict(BUILTIN)
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name not in found:
+            found[entry.name] = entry.load()
+    return found
+
+
+def policy_class(policy_type: str) -> Any:
+    classes = available()
+    if policy_type not in classes:
+        raise KeyError(f"unknown policy type {policy_type!r}; known: {', '.join(sorted(classes))}")
+    return classes[policy_type]
+
+
+def parse_params(raw: dict[str, Any]) -> BaseModel:
+    """Validate a ``policy`` block against its type's ``Params`` model (``pydantic.ValidationError``)."""
+    cls = policy_class(str(raw.get("type", "threshold")))
+    params: BaseModel = cls.Params.model_validate({**raw, "type": cls.type})
+    return params
+
+
+def build(params: BaseModel, ctx: WorkloadContext, state: Any = None) -> Policy:
+    """A policy instance; ``state`` from an earlier instance of the same type is carried over."""
+    cls = policy_class(str(getattr(params, "type")))
+    policy: Policy = cls(params, ctx)
+    if state is not None:
+        policy.state = state
+    return policy

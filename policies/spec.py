@@ -1,0 +1,160 @@
+"""The data a decision needs: metric targets and the HPA v2 ``behavior`` schema.
+
+These are pydantic models so that the policy file can embed them directly, but they hold no I/O: the
+decision code only reads them. Field names follow the Kubernetes API (camelCase) so that a ``behavior``
+block can be pasted from an HPA or a KEDA ScaledObject unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+_DURATION = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m(?!s))?\s*(?:(\d+)s)?\s*$")
+
+
+def parse_duration(value: Any) -> Any:
+    """Accept integer seconds, or a string such as ``"90s"``, ``"5m"``, ``"1h30m"`` or ``"300"``.
+
+    Anything else is passed through so that pydantic reports the type error with its field path.
+    """
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string such as '90s' or '5m'")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return int(text)
+        match = _DURATION.match(text)
+        if not text or match is None or not any(match.groups()):
+            raise ValueError(f"invalid duration {value!r}: use integer seconds or a string such as '90s' or '5m'")
+        hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+        return hours * 3600 + minutes * 60 + seconds
+    return value
+
+
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors everywhere in the policy file."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class TargetType(str, Enum):
+    AVERAGE_VALUE = "AverageValue"
+    VALUE = "Value"
+
+
+class MetricTarget(StrictModel):
+    type: TargetType = TargetType.AVERAGE_VALUE
+    value: float = Field(gt=0)
+
+
+class MetricSpec(StrictModel):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_:.\-]*$")
+    query: str | None = None
+    target: MetricTarget
+
+
+class PolicyType(str, Enum):
+    PODS = "Pods"
+    PERCENT = "Percent"
+
+
+class SelectPolicy(str, Enum):
+    MAX = "Max"
+    MIN = "Min"
+    DISABLED = "Disabled"
+
+
+class ScalingPolicy(StrictModel):
+    type: PolicyType
+    value: int = Field(gt=0)
+    period_seconds: Duration = Field(alias="periodSeconds", ge=1, le=1800)
+
+
+class ScalingRules(StrictModel):
+    """One direction of ``behavior``; ``None`` fields take the HPA default of their direction."""
+
+    stabilization_window_seconds: Duration | None = Field(
+        default=None, alias="stabilizationWindowSeconds", ge=0, le=3600
+    )
+    select_policy: SelectPolicy | None = Field(default=None, alias="selectPolicy")
+    policies: list[ScalingPolicy] | None = None
+    tolerance: float | None = Field(default=None, ge=0)
+
+
+DEFAULT_SCALE_UP = ScalingRules(
+    stabilizationWindowSeconds=0,
+    selectPolicy=SelectPolicy.MAX,
+    policies=[
+        ScalingPolicy(type=PolicyType.PODS, value=4, periodSeconds=15),
+        ScalingPolicy(type=PolicyType.PERCENT, value=100, periodSeconds=15),
+    ],
+)
+DEFAULT_SCALE_DOWN = ScalingRules(
+    stabilizationWindowSeconds=300,
+    selectPolicy=SelectPolicy.MAX,
+    policies=[ScalingPolicy(type=PolicyType.PERCENT, value=100, periodSeconds=15)],
+)
+
+
+def _with_defaults(rules: ScalingRules | None, default: ScalingRules) -> ScalingRules:
+    """Fill unset fields from the direction's default, as ``GenerateHPAScale{Up,Down}Rules`` does."""
+    if rules is None:
+        return default
+    return ScalingRules(
+        stabilizationWindowSeconds=(
+            rules.stabilization_window_seconds
+            if rules.stabilization_window_seconds is not None
+            else default.stabilization_window_seconds
+        ),
+        selectPolicy=rules.select_policy or default.select_policy,
+        policies=rules.policies if rules.policies else default.policies,
+        tolerance=rules.tolerance,
+    )
+
+
+class Behavior(StrictModel):
+    scale_up: ScalingRules | None = Field(default=None, alias="scaleUp")
+    scale_down: ScalingRules | None = Field(default=None, alias="scaleDown")
+
+    def resolved(self) -> ResolvedBehavior:
+        return ResolvedBehavior(
+            up=_with_defaults(self.scale_up, DEFAULT_SCALE_UP),
+            down=_with_defaults(self.scale_down, DEFAULT_SCALE_DOWN),
+        )
+
+
+class ResolvedBehavior(StrictModel):
+    """``behavior`` with every default filled in: what the normalizer reads."""
+
+    up: ScalingRules
+    down: ScalingRules
+
+    @property
+    def up_window(self) -> int:
+        return self.up.stabilization_window_seconds or 0
+
+    @property
+    def down_window(self) -> int:
+        return self.down.stabilization_window_seconds or 0
+
+
+class Fallback(StrictModel):
+    """What to do after ``failureThreshold`` consecutive ticks without usable metrics.
+
+    Without ``replicas`` the count is held (the default). With it, the count goes to ``replicas`` through
+    the normal behavior (windows and rate limits) and stays there until metrics return; the recorded
+    recommendations then smooth the way back, so it never flips between two counts the way a synthetic
+    metric value can.
+    """
+
+    failure_threshold: int = Field(default=3, alias="failureThreshold", ge=1)
+    replicas: int | None = Field(default=None, ge=0)

@@ -1,0 +1,63 @@
+"""``threshold``: the Kubernetes HPA's own rule, metric by metric, largest proposal wins."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from policies.base import Observation, Proposal, WorkloadContext
+from policies.replica_calculator import Tolerance, metric_proposal
+from policies.spec import StrictModel
+
+
+class ThresholdParams(StrictModel):
+    type: Literal["threshold"] = "threshold"
+    tolerance: float = Field(default=0.1, ge=0, lt=1)
+
+
+def tolerance_for(ctx: WorkloadContext, default: float) -> Tolerance:
+    """The policy's tolerance, overridden per direction by ``behavior.scale{Up,Down}.tolerance``."""
+    up, down = ctx.behavior.up.tolerance, ctx.behavior.down.tolerance
+    return Tolerance(up=default if up is None else up, down=default if down is None else down)
+
+
+def hpa_proposal(ctx: WorkloadContext, observation: Observation, tolerance: Tolerance) -> Proposal:
+    """``computeReplicasForMetrics``: the largest per-metric proposal, with the HPA's missing-metric rule.
+
+    If every metric lacks a value, or some lack one and the rest would scale down, the result is a hold
+    that leaves no trace; a missing metric never blocks a scale-up.
+    """
+    current = observation.current_replicas
+    best: int | None = None
+    missing: list[str] = []
+    per_metric: dict[str, int] = {}
+    all_within = True
+    for spec in ctx.metrics:
+        value = observation.value(spec.name)
+        if value is None:
+            missing.append(spec.name)
+            continue
+        result = metric_proposal(spec, value, current, observation.capacity_basis, tolerance)
+        per_metric[spec.name] = result.replicas
+        all_within = all_within and result.within_tolerance
+        if best is None or result.replicas > best:
+            best = result.replicas
+    details = {"proposals": per_metric, "missing": missing}
+    if best is None or (missing and best < current):
+        return Proposal(None, "metrics-unavailable", details)
+    return Proposal(best, "within-tolerance" if all_within and best == current else "steady", details)
+
+
+class ThresholdPolicy:
+    type: ClassVar[str] = "threshold"
+    Params: ClassVar[type[ThresholdParams]] = ThresholdParams
+
+    def __init__(self, params: ThresholdParams, ctx: WorkloadContext) -> None:
+        self.params = params
+        self.ctx = ctx
+        self.state = None
+        self.tolerance = tolerance_for(ctx, params.tolerance)
+
+    def recommend(self, observation: Observation) -> Proposal:
+        return hpa_proposal(self.ctx, observation, self.tolerance)
