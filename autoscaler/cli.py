@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from autoscaler import __version__
 from autoscaler.policy_file import PolicyFile, PolicyFileError, json_schema, load_policy_file
@@ -44,8 +43,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{exc.source}: {len(exc.problems)} problem(s)", file=sys.stderr)
         return EXIT_BAD_INPUT
     for workload in document.workloads:
-        print(f"{workload.key}: {workload.policy_type}, {workload.min_replicas}-{workload.max_replicas} replicas, "
-              f"metrics {', '.join(m.name for m in workload.metrics)}")
+        print(
+            f"{workload.key}: {workload.policy_type}, {workload.min_replicas}-{workload.max_replicas} replicas, "
+            f"metrics {', '.join(m.name for m in workload.metrics)}"
+        )
     print(f"{args.config}: valid")
     return EXIT_OK
 
@@ -71,8 +72,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.plot:
         plot_decisions(args.plot, document, rows)
     changes = sum(1 for r in rows if r.decision.changes)
-    print(f"replayed {len(ticks)} ticks for {len(document.workloads)} workload(s): {changes} scale changes",
-          file=sys.stderr)
+    print(
+        f"replayed {len(ticks)} ticks for {len(document.workloads)} workload(s): {changes} scale changes",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -112,5 +115,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT if exc.code not in (0, None) else EXIT_OK
     result: int = args.func(args)
     return result
-
-

@@ -7,7 +7,6 @@ fix a file in one pass; ``load_policy_file`` raises :class:`PolicyFileError` hol
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -158,11 +157,11 @@ def _workload_problems(index: int, raw: dict[str, Any], interval: Any) -> list[s
     policy = raw.get("policy", {"type": "threshold"})
     prefix: tuple[Any, ...] = ("workloads", index, "policy")
     if not isinstance(policy, dict):
-        return problems + [f"{where}.policy: must be a mapping with a 'type'"]
+        return [*problems, f"{where}.policy: must be a mapping with a 'type'"]
     try:
         params = registry.parse_params(policy)
     except KeyError as exc:
-        return problems + [f"{format_loc(prefix + ('type',))}: {exc.args[0]}"]
+        return [*problems, f"{format_loc((*prefix, 'type'))}: {exc.args[0]}"]
     except ValidationError as exc:
         return problems + _problems(exc, prefix)
     try:
@@ -240,4 +239,5 @@ def json_schema() -> dict[str, Any]:
     definitions["Workload"]["properties"]["policy"] = {"anyOf": variants, "default": {"type": "threshold"}}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "vllm-autoscaler policy file"
-    return json.loads(json.dumps(schema, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v))
+    result: dict[str, Any] = json.loads(json.dumps(schema))
+    return result

@@ -62,8 +62,8 @@ class Proposal:
 class Policy(Protocol):
     """The interface of a policy. Register an implementation in ``policies.registry``."""
 
-    type: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
+    type: ClassVar[str]
     state: Any
 
     def recommend(self, observation: Observation) -> Proposal: ...

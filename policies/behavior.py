@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from policies.spec import PolicyType, ResolvedBehavior, ScalingRules, SelectPolicy
 
@@ -75,7 +75,7 @@ class BehaviorState:
         return len(self.recommendations) + len(self.scale_up_events) + len(self.scale_down_events)
 
 
-class Limit(str, Enum):
+class Limit(StrEnum):
     """Why the normalized count differs from the stabilized recommendation, if it does."""
 
     NONE = "none"

@@ -59,7 +59,7 @@ class PIDState:
 
 class PIDPolicy:
     type: ClassVar[str] = "pid"
-    Params: ClassVar[type[PIDParams]] = PIDParams
+    Params = PIDParams
 
     def __init__(self, params: PIDParams, ctx: WorkloadContext) -> None:
         self.params = params

@@ -67,7 +67,7 @@ class WorkloadDecider:
         """Use a measured cold start from now on (``coldStartSeconds: auto``)."""
         self.ctx = replace(self.ctx, cold_start_seconds=seconds)
         if hasattr(self.policy, "ctx"):
-            self.policy.ctx = self.ctx  # type: ignore[attr-defined]
+            self.policy.ctx = self.ctx
 
     def decide(self, observation: Observation) -> Decision:
         now, current = observation.now, observation.current_replicas

@@ -63,7 +63,7 @@ class HoltState:
 
 class PredictivePolicy:
     type: ClassVar[str] = "predictive"
-    Params: ClassVar[type[PredictiveParams]] = PredictiveParams
+    Params = PredictiveParams
 
     def __init__(self, params: PredictiveParams, ctx: WorkloadContext) -> None:
         self.params = params

@@ -45,7 +45,7 @@ def parse_params(raw: dict[str, Any]) -> BaseModel:
 
 def build(params: BaseModel, ctx: WorkloadContext, state: Any = None) -> Policy:
     """A policy instance; ``state`` from an earlier instance of the same type is carried over."""
-    cls = policy_class(str(getattr(params, "type")))
+    cls = policy_class(str(params.model_dump()["type"]))
     policy: Policy = cls(params, ctx)
     if state is not None:
         policy.state = state

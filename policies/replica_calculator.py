@@ -59,9 +59,7 @@ def value_replicas(level: float, target: float, current: int, basis: int, tolera
     return MetricProposal(math.ceil(ratio * float(basis)), ratio, False)
 
 
-def metric_proposal(
-    spec: MetricSpec, value: float, current: int, basis: int, tolerance: Tolerance
-) -> MetricProposal:
+def metric_proposal(spec: MetricSpec, value: float, current: int, basis: int, tolerance: Tolerance) -> MetricProposal:
     if spec.target.type == TargetType.AVERAGE_VALUE:
         return average_value_replicas(value, spec.target.value, current, tolerance)
     return value_replicas(value, spec.target.value, current, basis, tolerance)

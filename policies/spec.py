@@ -8,7 +8,7 @@ block can be pasted from an HPA or a KEDA ScaledObject unchanged.
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -46,7 +46,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
-class TargetType(str, Enum):
+class TargetType(StrEnum):
     AVERAGE_VALUE = "AverageValue"
     VALUE = "Value"
 
@@ -62,12 +62,12 @@ class MetricSpec(StrictModel):
     target: MetricTarget
 
 
-class PolicyType(str, Enum):
+class PolicyType(StrEnum):
     PODS = "Pods"
     PERCENT = "Percent"
 
 
-class SelectPolicy(str, Enum):
+class SelectPolicy(StrEnum):
     MAX = "Max"
     MIN = "Min"
     DISABLED = "Disabled"

@@ -51,7 +51,7 @@ def hpa_proposal(ctx: WorkloadContext, observation: Observation, tolerance: Tole
 
 class ThresholdPolicy:
     type: ClassVar[str] = "threshold"
-    Params: ClassVar[type[ThresholdParams]] = ThresholdParams
+    Params = ThresholdParams
 
     def __init__(self, params: ThresholdParams, ctx: WorkloadContext) -> None:
         self.params = params

@@ -1,0 +1,211 @@
+"""Policies: the HPA's replica arithmetic, its missing-metric rule, PID and predictive."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from autoscaler.policy_file import parse_policy_document
+from policies.base import Observation
+from policies.pipeline import Reason, WorkloadDecider
+from policies.replica_calculator import Tolerance, average_value_replicas, milli, value_replicas
+from tests.helpers import workload_doc
+
+TOL = Tolerance(0.1, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(0.57, 570), (14.5, 14500), (2, 2000), (0.0005, 1), (0.0001, 1), (1e-9, 1), (0, 0), (-1.5, -1500)],
+)
+def test_milli_rounds_up_like_quantity(value: float, expected: int) -> None:
+    assert milli(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "target", "current", "expected"),
+    [
+        # After replica_calculator_test.go, External per-pod (AverageValue) cases.
+        ("scale up", 8.6, 2.15, 3, 4),
+        ("scale down", 8.6, 2.867, 5, 3),
+        ("tolerance", 8.6, 2.9, 3, 3),
+        ("ratio exactly 1 + tolerance is within", 11, 2, 5, 5),
+        ("ratio just above the band", 11.01, 2, 5, 6),
+        ("the article's average per pod: 8 waiting per pod on 4 pods", 8, 2, 4, 4),
+        ("the same load summed", 32, 2, 4, 16),
+        ("zero load", 0, 2, 4, 0),
+    ],
+)
+def test_average_value(name: str, total: float, target: float, current: int, expected: int) -> None:
+    assert average_value_replicas(total, target, current, TOL).replicas == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "level", "target", "current", "basis", "expected"),
+    [
+        # After replica_calculator_test.go, External (Value) cases.
+        ("scale up", 8.6, 4.4, 1, 1, 2),
+        ("scale down", 8.6, 14.334, 5, 5, 3),
+        ("tolerance", 8.6, 8.888, 3, 3, 3),
+        ("the article's max KV cache as a Value", 0.95, 0.85, 4, 4, 5),
+        ("multiplies by the ready count", 0.95, 0.85, 8, 4, 5),
+        ("at zero replicas", 1.7, 0.85, 0, 0, 2),
+    ],
+)
+def test_value(name: str, level: float, target: float, current: int, basis: int, expected: int) -> None:
+    assert value_replicas(level, target, current, basis, TOL).replicas == expected
+
+
+def _decider(**overrides: object) -> WorkloadDecider:
+    document = parse_policy_document(workload_doc(**overrides))
+    return document.decider(document.workloads[0])
+
+
+TWO_METRICS = [
+    {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
+    {"name": "kv_cache_usage_perc", "target": {"type": "Value", "value": 0.8}},
+]
+
+
+@dataclass
+class MissingCase:
+    name: str
+    waiting: float | None
+    kv: float | None
+    expected_desired: int
+    expected_reason: str
+
+
+MISSING_CASES = [
+    MissingCase("all metrics missing holds", None, None, 4, Reason.METRICS_UNAVAILABLE),
+    MissingCase("one missing, the other scales up", 20, None, 8, Reason.RATE_LIMITED),
+    MissingCase("one missing, the other scales up within the rate", 14, None, 7, Reason.SCALE_UP),
+    MissingCase("one missing, the other scales down: hold", 2, None, 4, Reason.METRICS_UNAVAILABLE),
+    MissingCase("one missing, the other proposes the current count", None, 0.8, 4, Reason.WITHIN_TOLERANCE),
+    MissingCase("NaN is no value", math.nan, math.nan, 4, Reason.METRICS_UNAVAILABLE),
+    MissingCase("largest proposal wins", 2, 1.0, 5, Reason.SCALE_UP),
+]
+
+
+@pytest.mark.parametrize("case", MISSING_CASES, ids=lambda c: c.name)
+def test_missing_metrics_follow_the_hpa(case: MissingCase) -> None:
+    decider = _decider(metrics=TWO_METRICS, behavior={"scaleDown": {"stabilizationWindowSeconds": 0}})
+    metrics = {"num_requests_waiting": case.waiting, "kv_cache_usage_perc": case.kv}
+    decision = decider.decide(Observation(100.0, 4, metrics))
+    assert (decision.desired, decision.reason) == (case.expected_desired, case.expected_reason)
+
+
+def test_missing_metrics_leave_no_trace_in_the_window() -> None:
+    decider = _decider(behavior={"scaleDown": {"stabilizationWindowSeconds": 60}})
+    decider.decide(Observation(0.0, 4, {"num_requests_waiting": 8}))
+    before = list(decider.behavior_state.recommendations)
+    decider.decide(Observation(15.0, 4, {"num_requests_waiting": None}))
+    assert decider.behavior_state.recommendations == before
+
+
+@pytest.mark.parametrize(
+    ("current", "expected", "reason"),
+    [(0, 0, Reason.SCALING_DISABLED), (12, 10, Reason.BOUNDS), (1, 2, Reason.BOUNDS)],
+)
+def test_counts_outside_bounds_and_zero(current: int, expected: int, reason: str) -> None:
+    decider = _decider(minReplicas=2, maxReplicas=10)
+    decision = decider.decide(Observation(0.0, current, {"num_requests_waiting": 100}))
+    assert (decision.desired, decision.reason) == (expected, reason)
+
+
+def test_fallback_goes_to_its_count_after_the_threshold_and_stays() -> None:
+    decider = _decider(fallback={"failureThreshold": 2, "replicas": 6})
+    reasons, current = [], 3
+    for t in range(5):
+        decision = decider.decide(Observation(15.0 * t, current, {}))
+        decider.applied(decision)
+        current = decision.desired
+        reasons.append((decision.desired, decision.reason))
+    assert reasons == [(3, "metrics-unavailable"), (6, "fallback"), (6, "fallback"), (6, "fallback"), (6, "fallback")]
+
+
+def _run(decider: WorkloadDecider, series: list[float], start: int, step: float = 15.0) -> list[int]:
+    current, out = start, []
+    for i, waiting in enumerate(series):
+        decision = decider.decide(Observation(i * step, current, {"num_requests_waiting": waiting}))
+        decider.applied(decision)
+        current = decision.desired
+        out.append(current)
+    return out
+
+
+FREE = {
+    "scaleUp": {"policies": [{"type": "Pods", "value": 100, "periodSeconds": 1}]},
+    "scaleDown": {"stabilizationWindowSeconds": 0, "policies": [{"type": "Pods", "value": 100, "periodSeconds": 1}]},
+}
+
+
+def test_pid_with_only_integral_at_one_interval_matches_the_hpa() -> None:
+    series = [3, 9, 20, 31, 31, 12, 5, 0, 17, 40]
+    hpa = _run(_decider(maxReplicas=50, behavior=FREE), series, 2)
+    pid = _run(
+        _decider(maxReplicas=50, behavior=FREE, policy={"type": "pid", "kp": 0, "ki": 1 / 15, "kd": 0}), series, 2
+    )
+    assert pid == hpa
+
+
+def test_pid_uses_the_real_elapsed_time() -> None:
+    half = _decider(maxReplicas=50, behavior=FREE, policy={"type": "pid", "kp": 0, "ki": 1 / 30})
+    # Two ticks 15 s apart: half a step; the same error 30 s later: a full step.
+    first = _run(half, [2, 16], 2, step=15)
+    whole = _run(
+        _decider(maxReplicas=50, behavior=FREE, policy={"type": "pid", "kp": 0, "ki": 1 / 30}), [2, 16], 2, step=30
+    )
+    assert first[-1] < whole[-1] == 8
+
+
+def test_pid_does_not_integrate_against_a_bound() -> None:
+    decider = _decider(maxReplicas=4, behavior=FREE, policy={"type": "pid", "kp": 0, "ki": 1 / 15})
+    _run(decider, [100] * 10, 4)
+    assert decider.policy.state.integral == 0.0
+
+
+def test_pid_state_is_deterministic() -> None:
+    series = [3, 9, 20, 31, 12, 5, 0, 17]
+    runs = [_run(_decider(maxReplicas=50, policy={"type": "pid", "kd": 30.0}), series, 2) for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def _first_reach(levels: list[int], level: int) -> int:
+    return next(i for i, n in enumerate(levels) if n >= level)
+
+
+RAMP_INTERVAL = 15
+# Waiting requests flat, then rising by one replica's worth (target 2) every minute, for 75 minutes.
+RAMP = [2.0] * 20 + [2.0 + 2 * (i * RAMP_INTERVAL / 60.0) for i in range(1, 300)]
+
+
+@pytest.mark.parametrize("cold_start", [120, 300, 600])
+def test_predictive_scales_up_a_cold_start_ahead_of_threshold_on_a_ramp(cold_start: int) -> None:
+    # Tolerance 0 on both sides, so that the lead measured is the forecast's, not the band's phase.
+    common = {"maxReplicas": 400, "behavior": FREE, "coldStartSeconds": cold_start}
+    threshold = _run(_decider(**common, policy={"type": "threshold", "tolerance": 0}), RAMP, 1)
+    predictive = _run(_decider(**common, policy={"type": "predictive", "tolerance": 0}), RAMP, 1)
+    for level in (30, 40, 60):
+        lead = (_first_reach(threshold, level) - _first_reach(predictive, level)) * RAMP_INTERVAL
+        assert lead >= cold_start - RAMP_INTERVAL, (level, lead)
+
+
+def test_predictive_is_never_later_than_threshold_with_default_tolerance() -> None:
+    common = {"maxReplicas": 400, "behavior": FREE, "coldStartSeconds": 300}
+    threshold = _run(_decider(**common), RAMP, 1)
+    predictive = _run(_decider(**common, policy={"type": "predictive"}), RAMP, 1)
+    for level in range(5, 70, 5):
+        assert _first_reach(predictive, level) <= _first_reach(threshold, level), level
+
+
+def test_predictive_never_scales_in_on_the_forecast_alone() -> None:
+    decider = _decider(maxReplicas=50, behavior=FREE, policy={"type": "predictive", "beta": 0.9})
+    # Falling fast: the forecast is near zero, but the present still needs 10 replicas.
+    levels = _run(decider, [40, 36, 32, 28, 24, 20, 20, 20], 20)
+    assert all(
+        level >= math.ceil(load / 2) for level, load in zip(levels, [40, 36, 32, 28, 24, 20, 20, 20], strict=True)
+    )
+    assert levels[-1] == 10

@@ -1,0 +1,199 @@
+"""The policy file: strict parsing, durations, defaults, and `validate` on broken files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autoscaler.cli import main
+from autoscaler.policy_file import PolicyFileError, parse_policy_document, parse_policy_text
+from policies.spec import parse_duration
+from tests.helpers import workload_doc
+
+CONTRACT_EXAMPLE = """
+interval: 15
+prometheus:
+  url: http://prometheus-k8s.monitoring.svc:9090
+  timeout: 5
+workloads:
+  - target: {kind: Deployment, namespace: llm-serving, name: vllm-llama3-70b}
+    minReplicas: 2
+    maxReplicas: 8
+    coldStartSeconds: 300
+    metrics:
+      - name: num_requests_waiting
+        query: sum(vllm:num_requests_waiting{namespace="llm-serving",pod=~"vllm-llama3-70b-.*"})
+        target: {type: AverageValue, value: 2}
+      - name: gpu_cache_usage_perc
+        query: max(vllm:kv_cache_usage_perc{namespace="llm-serving",pod=~"vllm-llama3-70b-.*"})
+        target: {type: Value, value: 0.85}
+    policy: {type: threshold, tolerance: 0.1}
+    behavior:
+      scaleUp: {stabilizationWindowSeconds: 0, selectPolicy: Max,
+                policies: [{type: Percent, value: 100, periodSeconds: 15}]}
+      scaleDown: {stabilizationWindowSeconds: 600,
+                  policies: [{type: Percent, value: 25, periodSeconds: 60}]}
+"""
+
+
+def test_the_contract_example_is_valid() -> None:
+    document = parse_policy_text(CONTRACT_EXAMPLE)
+    workload = document.workloads[0]
+    assert workload.key == "llm-serving/vllm-llama3-70b"
+    resolved = workload.behavior.resolved()
+    assert resolved.down_window == 600 and resolved.up_window == 0
+    assert resolved.down.select_policy == "Max"
+
+
+def test_behavior_defaults_are_the_hpas() -> None:
+    resolved = parse_policy_document(workload_doc()).workloads[0].behavior.resolved()
+    assert resolved.up_window == 0 and resolved.down_window == 300
+    assert [(p.type.value, p.value, p.period_seconds) for p in resolved.up.policies or []] == [
+        ("Pods", 4, 15),
+        ("Percent", 100, 15),
+    ]
+    assert [(p.type.value, p.value, p.period_seconds) for p in resolved.down.policies or []] == [("Percent", 100, 15)]
+
+
+@pytest.mark.parametrize(("text", "seconds"), [(90, 90), ("90s", 90), ("5m", 300), ("1h30m", 5400), ("300", 300)])
+def test_durations(text: object, seconds: int) -> None:
+    assert parse_duration(text) == seconds
+    doc = workload_doc(behavior={"scaleDown": {"stabilizationWindowSeconds": text}})
+    if seconds <= 3600:
+        assert parse_policy_document(doc).workloads[0].behavior.resolved().down_window == seconds
+
+
+def _problems(document: dict[str, object]) -> list[str]:
+    with pytest.raises(PolicyFileError) as caught:
+        parse_policy_document(document)
+    return caught.value.problems
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"minReplicas": 0}, "workloads[0].minReplicas: Input should be greater than or equal to 1"),
+        ({"minReplicas": 5, "maxReplicas": 3}, "workloads[0].minReplicas: must not exceed maxReplicas (5 > 3)"),
+        ({"metrics": []}, "workloads[0].metrics: List should have at least 1 item after validation, not 0"),
+        ({"surprise": 1}, "workloads[0].surprise: Extra inputs are not permitted"),
+        (
+            {"behavior": {"scaleDown": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 1801}]}}},
+            "workloads[0].behavior.scaleDown.policies[0].periodSeconds: Input should be less than or equal to 1800",
+        ),
+        (
+            {"behavior": {"scaleDown": {"policies": [{"type": "Percent", "value": 0, "periodSeconds": 60}]}}},
+            "workloads[0].behavior.scaleDown.policies[0].value: Input should be greater than 0",
+        ),
+        (
+            {"behavior": {"scaleUp": {"policies": [{"type": "Nodes", "value": 1, "periodSeconds": 60}]}}},
+            "workloads[0].behavior.scaleUp.policies[0].type: Input should be 'Pods' or 'Percent'",
+        ),
+        (
+            {"behavior": {"scaleUp": {"selectPolicy": "Maximum"}}},
+            "workloads[0].behavior.scaleUp.selectPolicy: Input should be 'Max', 'Min' or 'Disabled'",
+        ),
+        (
+            {"behavior": {"scaleUp": {"stabilizationWindowSeconds": 3601}}},
+            "workloads[0].behavior.scaleUp.stabilizationWindowSeconds: Input should be less than or equal to 3600",
+        ),
+        (
+            {"behavior": {"scaleUp": {"stabilizationWindowSeconds": "soon"}}},
+            "workloads[0].behavior.scaleUp.stabilizationWindowSeconds: invalid duration 'soon': "
+            "use integer seconds or a string such as '90s' or '5m'",
+        ),
+        (
+            {"metrics": [{"name": "a", "target": {"value": 1}}, {"name": "a", "target": {"value": 2}}]},
+            "workloads[0].metrics: metric names must be distinct; repeated: a",
+        ),
+        (
+            {"metrics": [{"name": "a", "target": {"type": "Utilization", "value": 1}}]},
+            "workloads[0].metrics[0].target.type: Input should be 'AverageValue' or 'Value'",
+        ),
+        (
+            {"policy": {"type": "magic"}},
+            "workloads[0].policy.type: unknown policy type 'magic'; known: pid, predictive, threshold",
+        ),
+        ({"policy": {"type": "pid", "kq": 1}}, "workloads[0].policy.kq: Extra inputs are not permitted"),
+        (
+            {"policy": {"type": "predictive", "alpha": 2}},
+            "workloads[0].policy.alpha: Input should be less than or equal to 1",
+        ),
+        (
+            {"policy": {"type": "pid", "metric": "nope"}},
+            "workloads[0].policy: metric 'nope' is not one of the workload's metrics ['num_requests_waiting']",
+        ),
+        (
+            {"coldStartSeconds": "later"},
+            "workloads[0].coldStartSeconds: invalid duration 'later': "
+            "use integer seconds or a string such as '90s' or '5m'",
+        ),
+    ],
+)
+def test_each_problem_has_its_field_path(overrides: dict[str, object], expected: str) -> None:
+    assert expected in _problems(workload_doc(**overrides))
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    doc = workload_doc(minReplicas=9, maxReplicas=3, extra=True, policy={"type": "pid", "kp": -1})
+    problems = _problems(doc)
+    assert len(problems) == 3, problems
+
+
+def test_duplicate_targets_name_the_target() -> None:
+    doc = workload_doc()
+    doc["workloads"] = [doc["workloads"][0], dict(doc["workloads"][0])]  # type: ignore[index]
+    assert _problems(doc) == ["workloads[1].target: same target as workloads[0]: Deployment llm-serving/vllm"]
+
+
+def test_cold_start_auto_is_accepted() -> None:
+    assert parse_policy_document(workload_doc(coldStartSeconds="auto")).workloads[0].cold_start_seconds == "auto"
+
+
+def test_validate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(CONTRACT_EXAMPLE)
+    assert main(["validate", "--config", str(good)]) == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps(
+            workload_doc(
+                maxReplicas=0,
+                behavior={
+                    "scaleDown": {
+                        "policies": [
+                            {"type": "Percent", "value": 25, "periodSeconds": 60},
+                            {"type": "Pod", "value": 1, "periodSeconds": 60},
+                        ]
+                    }
+                },
+            )
+        )
+    )
+    capsys.readouterr()
+    assert main(["validate", "--config", str(bad)]) == 2
+    out = capsys.readouterr().out
+    assert "workloads[0].behavior.scaleDown.policies[1].type: Input should be 'Pods' or 'Percent'" in out
+    assert "workloads[0].maxReplicas: Input should be greater than or equal to 1" in out
+
+
+@pytest.mark.parametrize("content", ["workloads: [", "", "- just\n- a list", "workloads: 3", "\x00binary"])
+def test_validate_rejects_garbage(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(content)
+    assert main(["validate", "--config", str(path)]) == 2
+
+
+def test_validate_missing_file(tmp_path: Path) -> None:
+    assert main(["validate", "--config", str(tmp_path / "nope.yaml")]) == 2
+
+
+def test_print_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--print-schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    workload = schema["$defs"]["Workload"]
+    assert {"minReplicas", "maxReplicas", "metrics", "policy", "behavior"} <= set(workload["properties"])
+    assert workload["additionalProperties"] is False
+    policy_types = {v["properties"]["type"]["const"] for v in workload["properties"]["policy"]["anyOf"]}
+    assert policy_types == {"threshold", "pid", "predictive"}
