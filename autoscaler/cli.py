@@ -79,6 +79,52 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from simulations import report as reporting
+    from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
+    from simulations.replica_model import parse_overrides
+    from simulations.traces import TraceError, load_trace
+
+    if args.config:
+        document = _load(args.config)
+        if document is None:
+            return EXIT_BAD_INPUT
+    else:
+        document = builtin_policy()
+    workload = document.workloads[0]
+    if len(document.workloads) > 1:
+        print(f"vllm-autoscaler: simulating the first workload, {workload.key}", file=sys.stderr)
+    if not 0 < args.slo_target <= 1 or args.slo_ttft <= 0:
+        _error("--slo-target must be in (0, 1] and --slo-ttft positive")
+        return EXIT_BAD_INPUT
+    try:
+        cold = args.cold_start
+        if cold is None:
+            cold = workload.cold_start_seconds if workload.cold_start_seconds != "auto" else 300
+        model = parse_overrides([f"cold_start_s={cold}", *args.replica])
+        trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
+        if args.time_scale != 1.0:
+            trace = trace.scaled(args.time_scale)
+        types = list(dict.fromkeys(args.policy or ([workload.policy_type] if args.config else DEFAULT_POLICY_TYPES)))
+        from policies.registry import policy_class
+
+        for policy_type in types:
+            policy_class(policy_type)
+        comparison = compare(trace, model, document, types, args.slo_ttft, args.slo_target, args.tune)
+    except (TraceError, ValueError, KeyError, PolicyFileError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) else str(exc)
+        _error(message)
+        return EXIT_BAD_INPUT
+    data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale})
+    print(reporting.table(data))
+    print(f"(simulated in {comparison.elapsed_s:.1f} s)", file=sys.stderr)
+    if args.out:
+        reporting.dump(args.out, data)
+    if args.plot:
+        reporting.plot(args.plot, comparison)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vllm-autoscaler",
@@ -98,6 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DECISIONS.csv", help="default: standard output")
     p.add_argument("--plot", metavar="FILE.png")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("simulate", help="closed-loop simulation of a vLLM fleet under a request trace")
+    p.add_argument("--config", metavar="FILE", help="policy file (default: a built-in Llama-3-70B workload)")
+    p.add_argument("--trace", metavar="FILE", help="request trace (default: a built-in synthetic day)")
+    p.add_argument("--format", choices=["azure", "mooncake", "burstgpt", "rate", "synthetic"])
+    p.add_argument("--out", metavar="REPORT.json")
+    p.add_argument("--plot", metavar="FILE.png")
+    p.add_argument("--tune", action="store_true", help="find each policy's cheapest setting that meets the SLO")
+    p.add_argument("--time-scale", type=float, default=1.0, help="2 = replay twice as fast")
+    p.add_argument("--cold-start", type=float, metavar="SECONDS", help="overrides coldStartSeconds")
+    p.add_argument("--slo-ttft", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument("--slo-target", type=float, default=0.99, metavar="FRACTION")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--policy", action="append", metavar="TYPE", help="policy type to compare (repeatable)")
+    p.add_argument("--replica", action="append", default=[], metavar="KEY=VALUE", help="replica model parameter")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply a rate file's rates")
+    p.add_argument("--lengths-from", metavar="FILE", help="draw a rate file's request lengths from this trace")
+    p.set_defaults(func=cmd_simulate)
 
     for register in EXTRA_COMMANDS:
         register(sub)

@@ -9,9 +9,11 @@ Demand is measured in replicas, per metric, by ``demand_in_replicas``:
 The workload's demand at a tick is the largest of its metrics'. Double exponential smoothing (Holt: an
 EWMA of the level with weight ``alpha`` and of the trend, per second, with weight ``beta``, both over the
 real time between ticks) forecasts it ``horizon`` seconds ahead, by default ``coldStartSeconds +
-interval``: a replica asked for now is ready when that load arrives. The proposal covers
-``max(forecast, demand now) * (1 + headroom)``, so the policy scales out ahead of a rising load but never
-scales in on a forecast alone: a scale-in needs the present load to allow it too. A proposal within
+interval``: a replica asked for now is ready when that load arrives. A noisy trend extrapolated over
+minutes can explode, so the forecast grows by at most ``maxGrowth`` times the level (0.5 by default).
+The proposal covers ``max(forecast, demand now) * (1 + headroom)``, so the policy scales out ahead of a
+rising load but never scales in on a forecast alone: a scale-in needs the present load to allow it too.
+A proposal within
 ``tolerance`` of the current count keeps it, as in the HPA.
 """
 
@@ -33,9 +35,10 @@ class PredictiveParams(StrictModel):
     type: Literal["predictive"] = "predictive"
     alpha: float = Field(default=0.5, gt=0, le=1)
     beta: float = Field(default=0.3, ge=0, le=1)
-    headroom: float = Field(default=0.0, ge=0, le=10)
+    headroom: float = Field(default=0.2, ge=0, le=10)
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     horizon_seconds: float | None = Field(default=None, alias="horizonSeconds", ge=0)
+    max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0)
 
 
 @dataclass
@@ -57,8 +60,9 @@ class HoltState:
         self.trend = beta * (self.level - previous) / dt + (1 - beta) * self.trend
         self.last_at = now
 
-    def forecast(self, horizon: float) -> float:
-        return max(0.0, self.level + self.trend * horizon)
+    def forecast(self, horizon: float, max_growth: float) -> float:
+        """The level ``horizon`` seconds ahead, growing by at most ``max_growth`` times the level."""
+        return min(max(0.0, self.level + self.trend * horizon), self.level * (1.0 + max_growth))
 
 
 class PredictivePolicy:
@@ -92,7 +96,7 @@ class PredictivePolicy:
             return Proposal(None, "metrics-unavailable", details)
         demand = max(demands.values())
         self.state.update(demand, observation.now, self.params.alpha, self.params.beta)
-        forecast = self.state.forecast(self.horizon)
+        forecast = self.state.forecast(self.horizon, self.params.max_growth)
         need = max(forecast, demand) * (1 + self.params.headroom)
         details.update(forecast=forecast, horizon=self.horizon, need=need)
         if current > 0 and self.tolerance.within(need / current):

@@ -187,7 +187,7 @@ def test_predictive_scales_up_a_cold_start_ahead_of_threshold_on_a_ramp(cold_sta
     # Tolerance 0 on both sides, so that the lead measured is the forecast's, not the band's phase.
     common = {"maxReplicas": 400, "behavior": FREE, "coldStartSeconds": cold_start}
     threshold = _run(_decider(**common, policy={"type": "threshold", "tolerance": 0}), RAMP, 1)
-    predictive = _run(_decider(**common, policy={"type": "predictive", "tolerance": 0}), RAMP, 1)
+    predictive = _run(_decider(**common, policy={"type": "predictive", "tolerance": 0, "headroom": 0}), RAMP, 1)
     for level in (30, 40, 60):
         lead = (_first_reach(threshold, level) - _first_reach(predictive, level)) * RAMP_INTERVAL
         assert lead >= cold_start - RAMP_INTERVAL, (level, lead)
@@ -202,7 +202,7 @@ def test_predictive_is_never_later_than_threshold_with_default_tolerance() -> No
 
 
 def test_predictive_never_scales_in_on_the_forecast_alone() -> None:
-    decider = _decider(maxReplicas=50, behavior=FREE, policy={"type": "predictive", "beta": 0.9})
+    decider = _decider(maxReplicas=50, behavior=FREE, policy={"type": "predictive", "beta": 0.9, "headroom": 0})
     # Falling fast: the forecast is near zero, but the present still needs 10 replicas.
     levels = _run(decider, [40, 36, 32, 28, 24, 20, 20, 20], 20)
     assert all(

@@ -1,0 +1,291 @@
+"""`simulate`: the configured policies and the baselines on one trace, optionally tuned to the SLO.
+
+Baselines, all with the workload's min and max replicas:
+
+* ``keda-avg``: the design article's ScaledObject as KEDA and the HPA run it: waiting requests averaged
+  per pod under an ``AverageValue`` target of 2, the max KV-cache usage under an ``AverageValue`` of 0.85,
+  the article's behavior, a 15 s HPA cycle, empty results as 0 (``ignoreNullValues``).
+* ``keda-sum``: the corrected configuration: total waiting under ``AverageValue`` 2, max KV-cache usage
+  under ``metricType: Value`` 0.85, same behavior and cycle.
+* ``static-best``: the smallest fixed fleet that meets the SLO target over the whole trace (bisection).
+* ``oracle``: a lower bound on GPU-hours at that SLO (see ``runner.oracle_bound``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.policy_file import PolicyFile, Workload, parse_policy_document
+from simulations.replica_model import ReplicaModel
+from simulations.runner import Contender, RunResult, keda_signals, oracle_bound, run, signals_for
+from simulations.traces import Trace
+
+BUILTIN_POLICY: dict[str, Any] = {
+    "interval": 15,
+    "workloads": [
+        {
+            "target": {"kind": "Deployment", "namespace": "llm-serving", "name": "vllm-llama3-70b"},
+            "minReplicas": 2,
+            "maxReplicas": 32,
+            "coldStartSeconds": 300,
+            # Prompt tokens per second is a flow: unlike queue lengths, it does not swell when replicas slow
+            # down, which makes it the steadiest demand signal to forecast. 500 per replica is about 60 % of
+            # the default replica's prefill capacity under a realistic decode load.
+            "metrics": [
+                {"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}},
+                {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
+            ],
+            "policy": {"type": "predictive"},
+        }
+    ],
+}
+DEFAULT_POLICY_TYPES = ("threshold", "pid", "predictive")
+
+ARTICLE_BEHAVIOR = {
+    "scaleUp": {"stabilizationWindowSeconds": 0, "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]},
+    "scaleDown": {
+        "stabilizationWindowSeconds": 600,
+        "policies": [{"type": "Percent", "value": 25, "periodSeconds": 60}],
+    },
+}
+
+
+def builtin_policy() -> PolicyFile:
+    return parse_policy_document(copy.deepcopy(BUILTIN_POLICY), "<built-in>")
+
+
+def _workload_dict(workload: Workload) -> dict[str, Any]:
+    return workload.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def policy_variant(
+    document: PolicyFile, workload: Workload, policy: dict[str, Any], metrics: list[dict[str, Any]] | None = None
+) -> tuple[PolicyFile, Workload]:
+    """The workload with another policy block (and optionally other metrics), validated like a file."""
+    raw = _workload_dict(workload)
+    raw["policy"] = policy
+    if metrics is not None:
+        raw["metrics"] = metrics
+    doc = parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<variant>")
+    return doc, doc.workloads[0]
+
+
+def policy_contender(
+    document: PolicyFile, workload: Workload, name: str | None = None, tuned: dict[str, float] | None = None
+) -> Contender:
+    signals = signals_for([m.name for m in workload.metrics])
+    return Contender(
+        name or workload.policy_type, float(document.interval), document.decider(workload), signals, tuned=tuned
+    )
+
+
+def keda_contender(document: PolicyFile, workload: Workload, model: ReplicaModel, average: bool) -> Contender:
+    raw = _workload_dict(workload)
+    raw.update(
+        metrics=[
+            {"name": "waiting", "target": {"type": "AverageValue", "value": 2.0}},
+            {"name": "kv", "target": {"type": "AverageValue" if average else "Value", "value": 0.85}},
+        ],
+        policy={"type": "threshold", "tolerance": 0.1},
+        behavior=ARTICLE_BEHAVIOR,
+    )
+    raw.pop("fallback", None)
+    doc = parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<keda>")
+    name = "keda-avg" if average else "keda-sum"
+    return Contender(name, model.hpa_sync_s, doc.decider(doc.workloads[0]), keda_signals(average))
+
+
+@dataclass
+class Comparison:
+    trace: Trace
+    model: ReplicaModel
+    workload: Workload
+    slo_ttft: float
+    slo_target: float
+    initial_replicas: int
+    results: list[RunResult] = field(default_factory=list)
+    static_best_replicas: int | None = None
+    oracle_gpu_hours: float = 0.0
+    oracle_max_replicas: int = 0
+    elapsed_s: float = 0.0
+
+
+class Progress:
+    """A one-line progress bar on standard error, shown once a run has taken more than two seconds."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.started = time.monotonic()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.started
+        if not self.enabled or elapsed < 2.0:
+            return
+        width = 30
+        filled = int(width * self.done / max(self.total, self.done))
+        sys.stderr.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{max(self.total, self.done)} "
+            f"{elapsed:5.1f}s {label:<28}"
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and time.monotonic() - self.started >= 2.0:
+            sys.stderr.write("\n")
+
+
+def static_best(
+    trace: Trace,
+    model: ReplicaModel,
+    lo: int,
+    hi: int,
+    slo_ttft: float,
+    slo_target: float,
+    tick: Callable[[str], None] = lambda _: None,
+) -> tuple[int | None, RunResult]:
+    """The smallest fixed fleet in ``[lo, hi]`` meeting the SLO target (SLO attainment grows with the fleet).
+    Without one, ``None`` and the run at ``hi``."""
+    cache: dict[int, RunResult] = {}
+
+    def at(n: int) -> RunResult:
+        if n not in cache:
+            cache[n] = run(trace, model, Contender("static-best", static=n), n, slo_ttft)
+            tick(f"static {n}")
+        return cache[n]
+
+    if not at(hi).meets(slo_target):
+        return None, at(hi)
+    low, high = lo, hi
+    while low < high:
+        mid = (low + high) // 2
+        if at(mid).meets(slo_target):
+            high = mid
+        else:
+            low = mid + 1
+    return low, at(low)
+
+
+KNOBS = {"threshold": "target", "pid": "setpoint", "predictive": "headroom"}
+
+
+def _knob_variant(
+    document: PolicyFile, workload: Workload, policy_type: str, value: float
+) -> tuple[PolicyFile, Workload]:
+    """The workload with the sizing knob of ``policy_type`` set to ``value``.
+
+    ``threshold``: the target of its first metric (the waiting or running target); ``pid``: its setpoint;
+    ``predictive``: its headroom.
+    """
+    policy = dict(_policy_block(workload, policy_type))
+    if policy_type == "threshold":
+        metrics = [m.model_dump(by_alias=True, exclude_none=True, mode="json") for m in workload.metrics]
+        metrics[0]["target"]["value"] = value
+        return policy_variant(document, workload, policy, metrics)
+    policy["setpoint" if policy_type == "pid" else "headroom"] = value
+    return policy_variant(document, workload, policy)
+
+
+def _policy_block(workload: Workload, policy_type: str) -> dict[str, Any]:
+    """The file's own block for that type, or the type's defaults."""
+    return dict(workload.policy) if workload.policy_type == policy_type else {"type": policy_type}
+
+
+def tune(
+    trace: Trace,
+    model: ReplicaModel,
+    document: PolicyFile,
+    workload: Workload,
+    policy_type: str,
+    initial: int,
+    slo_ttft: float,
+    slo_target: float,
+    tick: Callable[[str], None],
+    steps: int = 7,
+) -> RunResult:
+    """The cheapest setting of the policy's sizing knob that meets the SLO target (bisection in log space
+    for a target or setpoint, which cost less as they grow; linear for headroom, which costs more)."""
+    first = workload.metrics[0].target.value
+    if policy_type == "predictive":
+        lo, hi = 0.0, 2.0
+    else:
+        lo, hi = math.log(first / 8.0), math.log(first * 4.0)
+
+    def value(x: float) -> float:
+        return round(x, 4) if policy_type == "predictive" else round(math.exp(x), 4)
+
+    def attempt(x: float) -> RunResult:
+        doc, wl = _knob_variant(document, workload, policy_type, value(x))
+        result = run(
+            trace, model, policy_contender(doc, wl, policy_type, {KNOBS[policy_type]: value(x)}), initial, slo_ttft
+        )
+        tick(f"tune {policy_type} {value(x)}")
+        return result
+
+    # Safe end: most capacity (small target, big headroom); cheap end: the opposite.
+    safe_x, cheap_x = (hi, lo) if policy_type == "predictive" else (lo, hi)
+    best = attempt(safe_x)
+    if not best.meets(slo_target):
+        return best
+    cheap = attempt(cheap_x)
+    if cheap.meets(slo_target):
+        return cheap if cheap.gpu_hours <= best.gpu_hours else best
+    good, bad = safe_x, cheap_x
+    for _ in range(steps):
+        mid = (good + bad) / 2
+        result = attempt(mid)
+        if result.meets(slo_target):
+            good = mid
+            if result.gpu_hours <= best.gpu_hours:
+                best = result
+        else:
+            bad = mid
+    return best
+
+
+def compare(
+    trace: Trace,
+    model: ReplicaModel,
+    document: PolicyFile,
+    policy_types: list[str],
+    slo_ttft: float,
+    slo_target: float,
+    tuning: bool = False,
+    progress: bool = True,
+) -> Comparison:
+    started = time.monotonic()
+    workload = document.workloads[0]
+    signals_for([m.name for m in workload.metrics])  # a metric the simulator cannot provide fails here
+    lo, hi = workload.min_replicas, workload.max_replicas
+    total = len(policy_types) * (9 if tuning else 1) + 2 + math.ceil(math.log2(max(hi - lo, 1) + 1)) + 1
+    bar = Progress(total, progress and sys.stderr.isatty())
+    best_n, best_run = static_best(trace, model, lo, hi, slo_ttft, slo_target, bar.step)
+    # Every run starts from the fleet that carries this load, as if the controller had been running before
+    # the trace began: no policy pays for a cold fleet at t=0.
+    initial = best_n if best_n is not None else hi
+    result = Comparison(trace, model, workload, slo_ttft, slo_target, initial, static_best_replicas=best_n)
+    for policy_type in policy_types:
+        if tuning:
+            result.results.append(
+                tune(trace, model, document, workload, policy_type, initial, slo_ttft, slo_target, bar.step)
+            )
+        else:
+            doc, wl = policy_variant(document, workload, _policy_block(workload, policy_type))
+            result.results.append(run(trace, model, policy_contender(doc, wl), initial, slo_ttft))
+            bar.step(policy_type)
+    for average in (True, False):
+        result.results.append(run(trace, model, keda_contender(document, workload, model, average), initial, slo_ttft))
+        bar.step("keda-avg" if average else "keda-sum")
+    result.results.append(best_run)
+    bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
+    result.oracle_gpu_hours = bound.gpu_hours
+    result.oracle_max_replicas = math.ceil(float(bound.replicas_per_window.max()) - 1e-9)
+    bar.close()
+    result.elapsed_s = time.monotonic() - started
+    return result

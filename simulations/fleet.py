@@ -1,0 +1,373 @@
+"""A fleet of simulated vLLM replicas, advanced in fixed time steps.
+
+Each replica does continuous batching: a request waits in the replica's queue until the batch has room
+(``max_num_seqs``) and the KV cache can hold its prompt and output (reserved on admission, so there is no
+preemption); the requests being prefilled share the prefill throughput equally, and prefill has priority
+over decode for the replica's time (vLLM's prefill-first scheduling); the decoding sequences each advance
+at ``decode_rate(batch)``. The first token comes when the prefill completes.
+
+Running requests live in flat numpy arrays, so one step costs a handful of vector operations whatever
+the fleet size. Metrics are exposed as Prometheus would see them: gauges and counters scraped every
+``scrape_interval_s`` from the replicas that are up.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulations.replica_model import ReplicaModel
+from simulations.traces import Trace
+
+TTFT_WINDOW_S = 60.0
+RATE_WINDOW_S = 60.0
+
+
+def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Processor sharing within one step, for many groups at once.
+
+    ``capacity[g]`` units are shared equally among the members of group ``g``; a member that needs less
+    than its share finishes and leaves the rest to the others (water-filling). Returns what each member
+    receives and, for the members that finish, the fraction of the step at which they do (> 1 otherwise).
+    """
+    n = len(demand)
+    if n == 0:
+        return np.zeros(0), np.zeros(0)
+    order = np.lexsort((demand, group))
+    d, g = demand[order], group[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[starts, n])
+    first = np.repeat(starts, sizes)
+    rank = np.arange(n) - first
+    remaining = np.repeat(sizes, sizes) - rank  # members still sharing when this one is reached
+    cap = capacity[g]
+    previous = np.r_[0.0, d[:-1]]
+    previous[starts] = 0.0
+    # Capacity used by the time member k finishes: every member still present has received d[k].
+    spent = np.cumsum((d - previous) * remaining)
+    offset = np.repeat(spent[starts] - ((d - previous) * remaining)[starts], sizes)
+    spent = spent - offset
+    finishes = spent <= cap * (1 + 1e-12)
+    # The level reached by those who do not finish: what is left, shared by those left.
+    unfinished = np.where(finishes, n, rank)
+    first_short = np.minimum.reduceat(unfinished, starts)
+    short_at = np.repeat(first_short, sizes)
+    before = np.where(short_at > 0, spent[np.clip(first + short_at - 1, 0, n - 1)], 0.0)
+    base = np.where(short_at > 0, d[np.clip(first + short_at - 1, 0, n - 1)], 0.0)
+    level = base + (cap - before) / np.maximum(np.repeat(sizes, sizes) - short_at, 1)
+    received = np.where(finishes, d, level)
+    frac = np.where(finishes, spent / np.maximum(cap, 1e-12), 2.0)
+    out_received, out_frac = np.empty(n), np.empty(n)
+    out_received[order], out_frac[order] = received, frac
+    return out_received, out_frac
+
+
+@dataclass
+class Replica:
+    index: int
+    created_at: float
+    ready_at: float
+    draining_since: float | None = None
+    removed_at: float | None = None
+    waiting: deque[int] = field(default_factory=deque)
+    running: int = 0
+    kv_reserved: float = 0.0
+    kv_used: float = 0.0
+
+    def ready(self, now: float) -> bool:
+        return self.removed_at is None and self.ready_at <= now
+
+    @property
+    def in_flight(self) -> int:
+        return self.running + len(self.waiting)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """What Prometheus holds after one scrape of every replica that is up."""
+
+    at: float
+    up: int
+    waiting: float
+    running: float
+    kv_max: float
+    ttft_p90: float | None
+    prompt_tokens_total: float
+    generation_tokens_total: float
+    per_pod_waiting: tuple[float, ...]
+
+
+class Fleet:
+    def __init__(self, model: ReplicaModel, trace: Trace, initial_replicas: int) -> None:
+        self.model = model
+        self.trace = trace
+        n = trace.requests
+        self.arrival = trace.arrival_s
+        self.prompt = trace.prompt_tokens.astype(np.float64)
+        self.output = trace.output_tokens.astype(np.float64)
+        self.first_token = np.full(n, np.nan)
+        self.admitted = np.full(n, np.nan)
+        self.finished = np.full(n, np.nan)
+        self.dropped = np.zeros(n, dtype=bool)
+        self.next_arrival = 0
+        self.router_queue: deque[int] = deque()
+        self.replicas: list[Replica] = []
+        self.round_robin = 0
+        # Running requests, one entry each.
+        self.r_rep = np.zeros(0, dtype=np.int64)
+        self.r_req = np.zeros(0, dtype=np.int64)
+        self.r_pre = np.zeros(0)
+        self.r_dec = np.zeros(0)
+        self.r_kv = np.zeros(0)
+        self.r_start = np.zeros(0)
+        self.prompt_tokens_total = 0.0
+        self.generation_tokens_total = 0.0
+        self.ttft_at: list[float] = []
+        self.ttft_value: list[float] = []
+        self.replica_seconds = 0.0
+        self.scrapes: deque[Scrape] = deque()
+        self.last_scrape_at = -math.inf
+        for _ in range(initial_replicas):
+            self.replicas.append(Replica(len(self.replicas), 0.0, 0.0))
+
+    # -- the cluster side -------------------------------------------------------------------------
+
+    def active(self) -> list[Replica]:
+        """Replicas that count toward ``spec.replicas``: ready or starting, not draining."""
+        return [r for r in self.replicas if r.removed_at is None and r.draining_since is None]
+
+    @property
+    def spec_replicas(self) -> int:
+        return len(self.active())
+
+    def ready_replicas(self, now: float) -> int:
+        return sum(1 for r in self.active() if r.ready(now))
+
+    @property
+    def existing(self) -> int:
+        return sum(1 for r in self.replicas if r.removed_at is None)
+
+    def scale_to(self, target: int, now: float) -> None:
+        active = self.active()
+        if target > len(active):
+            for _ in range(target - len(active)):
+                self.replicas.append(Replica(len(self.replicas), now, now + self.model.cold_start_s))
+            return
+        # Like a ReplicaSet: starting pods go first (newest first), then the least busy ready ones.
+        victims = sorted(active, key=lambda r: (r.ready(now), r.in_flight, -r.created_at))[: len(active) - target]
+        for replica in victims:
+            if not replica.ready(now) or not self.model.drain:
+                self._abort(replica, now)
+            else:
+                replica.draining_since = now
+
+    def _abort(self, replica: Replica, now: float) -> None:
+        mine = self.r_rep == replica.index
+        if mine.any():
+            self.dropped[self.r_req[mine]] = True
+            self._keep(~mine)
+        for req in replica.waiting:
+            self.dropped[req] = True
+        replica.waiting.clear()
+        replica.running = 0
+        replica.kv_reserved = replica.kv_used = 0.0
+        replica.removed_at = now
+
+    def _keep(self, mask: np.ndarray) -> None:
+        self.r_rep, self.r_req = self.r_rep[mask], self.r_req[mask]
+        self.r_pre, self.r_dec, self.r_kv, self.r_start = (
+            self.r_pre[mask],
+            self.r_dec[mask],
+            self.r_kv[mask],
+            self.r_start[mask],
+        )
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _route(self, req: int, now: float) -> bool:
+        candidates = [r for r in self.replicas if r.draining_since is None and r.ready(now)]
+        if not candidates:
+            return False
+        if self.model.routing == "round-robin":
+            replica = candidates[self.round_robin % len(candidates)]
+            self.round_robin += 1
+        else:
+            replica = min(candidates, key=lambda r: (len(r.waiting), r.kv_used, r.running))
+        replica.waiting.append(req)
+        return True
+
+    def _admit(self, now: float) -> None:
+        cap, max_seqs = self.model.kv_cache_tokens, self.model.max_num_seqs
+        reps: list[int] = []
+        reqs: list[int] = []
+        for replica in self.replicas:
+            if replica.removed_at is not None or not replica.ready(now):
+                continue
+            while replica.waiting and replica.running < max_seqs:
+                req = replica.waiting[0]
+                need = min(self.prompt[req] + self.output[req], cap)
+                if replica.running and replica.kv_reserved + need > cap:
+                    break
+                replica.waiting.popleft()
+                replica.running += 1
+                replica.kv_reserved += need
+                reps.append(replica.index)
+                reqs.append(req)
+        if not reqs:
+            return
+        idx = np.asarray(reqs, dtype=np.int64)
+        self.admitted[idx] = now
+        self.r_rep = np.concatenate([self.r_rep, np.asarray(reps, dtype=np.int64)])
+        self.r_req = np.concatenate([self.r_req, idx])
+        self.r_pre = np.concatenate([self.r_pre, self.prompt[idx]])
+        self.r_dec = np.concatenate([self.r_dec, self.output[idx] - 1.0])
+        self.r_kv = np.concatenate([self.r_kv, np.minimum(self.prompt[idx] + self.output[idx], cap)])
+        self.r_start = np.concatenate([self.r_start, np.maximum(self.arrival[idx], now)])
+
+    def step(self, now: float) -> None:
+        """Advance from ``now`` to ``now + step_s``."""
+        dt, model = self.model.step_s, self.model
+        end = now + dt
+        while self.router_queue and self._route(self.router_queue[0], now):
+            self.router_queue.popleft()
+        n = len(self.arrival)
+        while self.next_arrival < n and self.arrival[self.next_arrival] < end:
+            req = self.next_arrival
+            if self.router_queue or not self._route(req, now):
+                self.router_queue.append(req)
+            self.next_arrival += 1
+        self._admit(now)
+        self.replica_seconds += self.existing * dt
+        if len(self.r_req):
+            self._advance(now, dt, end)
+        for replica in self.replicas:
+            if replica.draining_since is None or replica.removed_at is not None:
+                continue
+            if replica.in_flight == 0:
+                replica.removed_at = end
+            elif end - replica.draining_since >= model.drain_timeout_s:
+                self._abort(replica, end)
+        if end - self.last_scrape_at >= model.scrape_interval_s - 1e-9:
+            self._scrape(end)
+
+    def _advance(self, now: float, dt: float, end: float) -> None:
+        """One step of every replica's engine: ``iterations`` engine steps, each reading the weights once
+        and computing one token per decoding sequence plus a chunk of pending prefill."""
+        model = self.model
+        size = len(self.replicas)
+        flops, weights, budget = model.prefill_tokens_per_s, model.weight_read_s, float(model.max_num_batched_tokens)
+        # The part of this step during which each request has been here (arrivals inside the step).
+        avail = np.clip((end - self.r_start) / dt, 0.0, 1.0)
+        prefilling = self.r_pre > 0
+        rep_p = self.r_rep[prefilling]
+        np.bincount(rep_p, minlength=size)
+        pending = np.bincount(rep_p, weights=self.r_pre[prefilling], minlength=size)
+        batch = np.bincount(self.r_rep[~prefilling], minlength=size).astype(float)
+        room = np.maximum(budget - batch, 0.0)
+        # Either all pending prefill fits in this step beside the decodes, or every engine step is full.
+        it_all = np.maximum(dt - pending / flops, 0.0) / (weights + batch / flops)
+        fits = (pending / flops < dt) & (pending <= it_all * room + 1e-9)
+        it_full = dt / (
+            weights + np.minimum(batch + np.where(pending > 0, room, 0.0), np.maximum(budget, batch)) / flops
+        )
+        iterations = np.where(fits, it_all, it_full)
+        prefill_tokens = np.where(fits, pending, np.minimum(iterations * room, pending))
+        idx_p = np.flatnonzero(prefilling)
+        # Prefill runs at the full-step rate while it lasts; when it all fits it simply ends early.
+        rate = np.where(fits, np.maximum(prefill_tokens, it_full * room), prefill_tokens)
+        # A request that arrived inside the step can use at most its part of the step.
+        demand = np.minimum(self.r_pre[idx_p], avail[idx_p] * rate[rep_p] + 1e-9 * (avail[idx_p] >= 1))
+        received, finish_frac = share_processor(rep_p, demand, rate)
+        used = np.zeros(len(self.r_pre))
+        used[idx_p] = np.minimum(received, self.r_pre[idx_p])
+        done_pre = np.zeros(len(self.r_pre), dtype=bool)
+        done_pre[idx_p] = self.r_pre[idx_p] - used[idx_p] <= 1e-9
+        self.prompt_tokens_total += float(used.sum())
+        if done_pre.any():
+            at_frac = np.zeros(len(self.r_pre))
+            at_frac[idx_p] = np.minimum(finish_frac, 1.0)
+            at = np.maximum(now + at_frac[done_pre] * dt, self.r_start[done_pre])
+            reqs = self.r_req[done_pre]
+            self.first_token[reqs] = at
+            order = np.argsort(at)
+            self.ttft_at.extend(at[order].tolist())
+            self.ttft_value.extend((at - self.arrival[reqs])[order].tolist())
+            self.generation_tokens_total += float(done_pre.sum())
+        self.r_pre = self.r_pre - used
+        decoding = ~prefilling
+        finished = done_pre & (self.r_dec <= 1e-9)
+        if decoding.any():
+            step_tokens = np.minimum(iterations[self.r_rep[decoding]], self.r_dec[decoding])
+            self.generation_tokens_total += float(step_tokens.sum())
+            dec = self.r_dec.copy()
+            dec[decoding] -= step_tokens
+            finished |= decoding & (dec <= 1e-9)
+            self.r_dec = dec
+        if finished.any():
+            self.finished[self.r_req[finished]] = end
+            for rep, kv in zip(self.r_rep[finished].tolist(), self.r_kv[finished].tolist(), strict=True):
+                replica = self.replicas[rep]
+                replica.running -= 1
+                replica.kv_reserved -= kv
+            self._keep(~finished)
+        # A prompt's blocks are allocated when it is admitted (vLLM's block manager), then one per token.
+        used_kv = np.bincount(
+            self.r_rep, weights=self.prompt[self.r_req] + (self.output[self.r_req] - 1.0 - self.r_dec), minlength=size
+        )
+        for replica in self.replicas:
+            if replica.removed_at is None:
+                replica.kv_used = float(used_kv[replica.index]) if replica.index < len(used_kv) else 0.0
+
+    # -- what Prometheus sees ---------------------------------------------------------------------
+
+    def _ttft_p90(self, now: float) -> float | None:
+        lo = bisect.bisect_right(self.ttft_at, now - TTFT_WINDOW_S)
+        hi = bisect.bisect_right(self.ttft_at, now)
+        if hi <= lo:
+            return None
+        return float(np.quantile(np.asarray(self.ttft_value[lo:hi]), 0.9))
+
+    def _scrape(self, now: float) -> None:
+        up = [r for r in self.replicas if r.ready(now)]
+        waiting = tuple(float(len(r.waiting)) for r in up)
+        scrape = Scrape(
+            at=now,
+            up=len(up),
+            waiting=float(sum(waiting)),
+            running=float(sum(r.running for r in up)),
+            kv_max=max((r.kv_used / self.model.kv_cache_tokens for r in up), default=math.nan),
+            ttft_p90=self._ttft_p90(now),
+            prompt_tokens_total=self.prompt_tokens_total,
+            generation_tokens_total=self.generation_tokens_total,
+            per_pod_waiting=waiting,
+        )
+        self.scrapes.append(scrape)
+        self.last_scrape_at = now
+        while self.scrapes and self.scrapes[0].at < now - max(RATE_WINDOW_S, self.model.staleness_s) - 1:
+            self.scrapes.popleft()
+
+    def latest_scrape(self, now: float) -> Scrape | None:
+        if not self.scrapes or self.scrapes[-1].at < now - self.model.staleness_s:
+            return None
+        return self.scrapes[-1]
+
+    def rate(self, attr: str, now: float) -> float | None:
+        """``rate(counter[1m])`` from the scrapes of the last minute."""
+        window = [s for s in self.scrapes if now - RATE_WINDOW_S <= s.at <= now]
+        if len(window) < 2:
+            return None
+        first, last = window[0], window[-1]
+        return float(getattr(last, attr) - getattr(first, attr)) / (last.at - first.at)
+
+    @property
+    def done(self) -> bool:
+        return (
+            self.next_arrival >= len(self.arrival)
+            and not len(self.r_req)
+            and not self.router_queue
+            and all(not r.waiting for r in self.replicas if r.removed_at is None)
+        )

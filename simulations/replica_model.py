@@ -1,0 +1,90 @@
+"""Parameters of the simulated vLLM replica and cluster, with defaults from public numbers.
+
+The defaults model the design article's workload: Llama-3-70B-Instruct in FP8, tensor parallel over the
+four NVIDIA A10G (24 GB) of an AWS g5.12xlarge, vLLM with ``--gpu-memory-utilization=0.92``:
+
+* ``kv_cache_tokens`` 30,000: 4 x 24 GB x 0.92 = 88 GB, less about 71 GB of FP8 weights and about 6 GB of
+  activations and CUDA graphs, leaves about 9.4 GB; an FP16 KV cache of Llama-3-70B takes
+  2 x 80 layers x 8 KV heads x 128 x 2 bytes = 320 KiB per token.
+* ``prefill_tokens_per_s`` 1,000: 2 x 70.6 G FLOP per token against 4 x 125 TFLOP/s of FP16 tensor cores at
+  about 30 % utilisation over PCIe tensor parallelism.
+* ``decode_tokens_per_s`` 20 (one sequence's speed at batch 1): 71 GB of weights read per step over
+  4 x 600 GB/s at about 70 % efficiency, plus two all-reduces per layer over PCIe: about 50 ms a token.
+* ``max_num_batched_tokens`` 2,048: the token budget of one engine step (vLLM's chunked-prefill default).
+* ``max_num_seqs`` 256, vLLM's default; on this hardware the KV cache is the binding limit.
+
+One engine step (continuous batching with chunked prefill) reads the weights once, a fixed
+``1 / decode_tokens_per_s - 1 / prefill_tokens_per_s`` seconds, and computes every token in the step (one
+per decoding sequence plus a chunk of pending prefill, within ``max_num_batched_tokens``) at
+``prefill_tokens_per_s``. So a sequence decodes at ``decode_tokens_per_s`` alone and slower in a big
+batch or beside a long prefill, and a replica's prefill and decode share its time as they do on a GPU.
+* ``gpus_per_replica`` 4, so ``gpu_hours`` = replica-hours x 4.
+* scrape every 15 s, staleness 300 s (Prometheus's default lookback); a removed replica drains (vLLM
+  ``--shutdown-timeout`` with a matching ``terminationGracePeriodSeconds`` of 300 s) unless ``drain`` is 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, ValidationError, model_validator
+
+from policies.spec import StrictModel
+
+
+class ReplicaModel(StrictModel):
+    name: str = "Llama-3-70B-Instruct FP8, TP=4 on 4x A10G (AWS g5.12xlarge), vLLM"
+    max_num_seqs: int = Field(default=256, ge=1)
+    kv_cache_tokens: float = Field(default=30_000, gt=0)
+    prefill_tokens_per_s: float = Field(default=1_000.0, gt=0)
+    decode_tokens_per_s: float = Field(default=20.0, gt=0, description="per sequence, at batch size 1")
+    max_num_batched_tokens: int = Field(default=2048, ge=1)
+    gpus_per_replica: int = Field(default=4, ge=1)
+    cold_start_s: float = Field(default=300.0, ge=0)
+    scrape_interval_s: float = Field(default=15.0, gt=0)
+    staleness_s: float = Field(default=300.0, gt=0)
+    routing: Literal["least-waiting", "round-robin"] = "least-waiting"
+    drain: bool = True
+    drain_timeout_s: float = Field(default=300.0, ge=0)
+    step_s: float = Field(default=1.0, gt=0, le=10)
+    hpa_sync_s: float = Field(default=15.0, gt=0, description="the HPA cycle of the KEDA baselines")
+
+    @model_validator(mode="after")
+    def _decode_slower_than_prefill(self) -> ReplicaModel:
+        if self.decode_tokens_per_s >= self.prefill_tokens_per_s:
+            raise ValueError("decode_tokens_per_s must be below prefill_tokens_per_s (a step reads the weights once)")
+        return self
+
+    @property
+    def weight_read_s(self) -> float:
+        """The fixed cost of one engine step: reading the weights."""
+        return 1.0 / self.decode_tokens_per_s - 1.0 / self.prefill_tokens_per_s
+
+    def decode_rate(self, batch: float) -> float:
+        """Tokens per second of one sequence in a decode-only batch of ``batch`` sequences."""
+        return 1.0 / (self.weight_read_s + max(batch, 1.0) / self.prefill_tokens_per_s)
+
+    def min_work_s(self, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
+        """The least replica time a request can take: its tokens' compute, plus its share of weight reads
+        in the largest batch there can be."""
+        compute = (prompt + output) / self.prefill_tokens_per_s
+        work: np.ndarray = compute + output * self.weight_read_s / self.max_num_seqs
+        return work
+
+
+def parse_overrides(pairs: list[str], base: ReplicaModel | None = None) -> ReplicaModel:
+    """``KEY=VALUE`` options onto the defaults; a bad key or value raises ``ValueError`` naming it."""
+    data: dict[str, Any] = (base or ReplicaModel()).model_dump()
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in ReplicaModel.model_fields:
+            known = ", ".join(sorted(ReplicaModel.model_fields))
+            raise ValueError(f"--replica {pair!r}: expected KEY=VALUE with KEY one of {known}")
+        data[key] = value.strip()
+    try:
+        return ReplicaModel.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ValueError(f"--replica {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

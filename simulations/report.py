@@ -1,0 +1,131 @@
+"""What `simulate` prints and writes: the comparison table, the JSON report, the plot."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from simulations.compare import Comparison
+
+BASELINES = ("keda-avg", "keda-sum", "static-best", "oracle")
+
+
+def report(comparison: Comparison, extra_model: dict[str, Any]) -> dict[str, Any]:
+    c = comparison
+    results = [r.to_json() for r in c.results]
+    results.append(
+        {
+            "policy": "oracle",
+            "gpu_hours": round(c.oracle_gpu_hours, 4),
+            "slo_attainment": c.slo_target,
+            "ttft_p50_s": None,
+            "ttft_p99_s": None,
+            "queue_wait_p99_s": None,
+            "completed_requests": c.trace.requests,
+            "dropped_requests": 0,
+            "scale_events": None,
+            "max_replicas": c.oracle_max_replicas,
+            "lower_bound": True,
+        }
+    )
+    model = c.model.model_dump()
+    model.update(extra_model)
+    model.update(
+        slo_ttft_s=c.slo_ttft,
+        slo_target=c.slo_target,
+        min_replicas=c.workload.min_replicas,
+        max_replicas=c.workload.max_replicas,
+        initial_replicas=c.initial_replicas,
+        static_best_replicas=c.static_best_replicas,
+        workload=c.workload.key,
+        metrics=[m.model_dump(mode="json", exclude_none=True) for m in c.workload.metrics],
+    )
+    return {
+        "trace": c.trace.name,
+        "duration_s": round(c.trace.duration_s, 3),
+        "requests": c.trace.requests,
+        "model": model,
+        "results": results,
+    }
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(data: dict[str, Any]) -> str:
+    target = data["model"]["slo_target"]
+    header = ["policy", "gpu_hours", "slo", "meets", "ttft_p50", "ttft_p99", "wait_p99", "events", "max_rep", "tuned"]
+    rows = [header]
+    for r in data["results"]:
+        meets = "bound" if r.get("lower_bound") else ("yes" if r["slo_attainment"] >= target else "no")
+        tuned = ",".join(f"{k}={v}" for k, v in (r.get("tuned") or {}).items())
+        name = r["policy"] + (
+            f" ({data['model']['static_best_replicas']})"
+            if r["policy"] == "static-best" and data["model"]["static_best_replicas"]
+            else ""
+        )
+        rows.append(
+            [
+                name,
+                _fmt(r["gpu_hours"]),
+                _fmt(r["slo_attainment"], 4),
+                meets,
+                _fmt(r["ttft_p50_s"]),
+                _fmt(r["ttft_p99_s"]),
+                _fmt(r["queue_wait_p99_s"]),
+                _fmt(r["scale_events"]),
+                _fmt(r["max_replicas"]),
+                tuned or "-",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    m = data["model"]
+    title = (
+        f"{data['trace']}: {data['requests']} requests over {data['duration_s'] / 3600:.2f} h; "
+        f"SLO: TTFT beyond own prefill <= {m['slo_ttft_s']} s for {m['slo_target']:.0%} of requests; "
+        f"cold start {m['cold_start_s']:.0f} s; replicas {m['min_replicas']}-{m['max_replicas']}"
+    )
+    return title + "\n" + "\n".join(lines)
+
+
+def plot(path: str | Path, comparison: Comparison) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (load, reps, ttft) = plt.subplots(3, 1, figsize=(12, 9), sharex=True)
+    first = comparison.results[0].timeline
+    minutes = [t / 60 for t in first.get("t", [])]
+    load.plot(minutes, first.get("arrivals", []), color="grey")
+    load.set_ylabel("arrivals / s")
+    load.set_title(f"{comparison.trace.name}: load, replicas and TTFT p90 by policy")
+    for result in comparison.results:
+        series = result.timeline
+        if not series:
+            continue
+        t = [x / 60 for x in series["t"]]
+        reps.step(t, series["replicas"], where="post", label=result.policy)
+        ttft.plot(t, [math.nan if v is None else v for v in series["ttft_p90"]], label=result.policy, alpha=0.8)
+    reps.set_ylabel("replicas (existing)")
+    reps.legend(fontsize="small", ncol=3)
+    ttft.set_ylabel("TTFT p90 (s)")
+    ttft.set_yscale("symlog", linthresh=1.0)
+    ttft.axhline(comparison.slo_ttft, color="red", linestyle=":", linewidth=1)
+    ttft.set_xlabel("minutes")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def dump(path: str | Path, data: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

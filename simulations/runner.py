@@ -1,0 +1,272 @@
+"""Closed-loop runs: a fleet under a trace, driven by a contender (a policy, a KEDA baseline, a static
+fleet), and what each run costs and serves."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from policies.base import Observation
+from policies.pipeline import WorkloadDecider
+from simulations.fleet import Fleet, Scrape
+from simulations.replica_model import ReplicaModel
+from simulations.traces import Trace
+
+Signals = Callable[[Fleet, float], dict[str, float | None]]
+
+KV_NAMES = ("kv_cache_usage_perc", "gpu_cache_usage_perc")
+
+
+def _gauge(scrape: Scrape | None, value: Callable[[Scrape], float]) -> float | None:
+    """A ``sum``/``max`` over pods: no pods up means an empty result, which is no value."""
+    if scrape is None or scrape.up == 0:
+        return None
+    result = value(scrape)
+    return None if math.isnan(result) else result
+
+
+def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
+    """The value of a built-in metric name of CONTRACT.md, as its default query would return it."""
+    if name == "num_requests_waiting":
+        return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.waiting)
+    if name == "num_requests_running":
+        return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.running)
+    if name in KV_NAMES:
+        return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.kv_max)
+    if name == "time_to_first_token_p90_seconds":
+        return lambda f, now: s.ttft_p90 if (s := f.latest_scrape(now)) is not None else None
+    if name == "prompt_tokens_per_second":
+        return lambda f, now: f.rate("prompt_tokens_total", now)
+    if name == "generation_tokens_per_second":
+        return lambda f, now: f.rate("generation_tokens_total", now)
+    return None
+
+
+def signals_for(names: list[str]) -> Signals:
+    getters = {}
+    for name in names:
+        getter = builtin_signal(name)
+        if getter is None:
+            raise ValueError(
+                f"the simulator cannot provide metric {name!r}: it serves the built-in names "
+                "num_requests_waiting, num_requests_running, kv_cache_usage_perc (gpu_cache_usage_perc), "
+                "time_to_first_token_p90_seconds, prompt_tokens_per_second, generation_tokens_per_second"
+            )
+        getters[name] = getter
+    return lambda fleet, now: {name: get(fleet, now) for name, get in getters.items()}
+
+
+def keda_signals(average_per_pod: bool) -> Signals:
+    """What KEDA's Prometheus scaler hands the HPA for the design article's two triggers.
+
+    An empty result or NaN becomes 0 (``ignoreNullValues``, KEDA's default).
+    """
+
+    def read(fleet: Fleet, now: float) -> dict[str, float | None]:
+        scrape = fleet.latest_scrape(now)
+        up = scrape.up if scrape is not None else 0
+        if scrape is None or up == 0:
+            return {"waiting": 0.0, "kv": 0.0}
+        waiting = scrape.waiting / up if average_per_pod else scrape.waiting
+        return {"waiting": waiting, "kv": 0.0 if math.isnan(scrape.kv_max) else scrape.kv_max}
+
+    return read
+
+
+@dataclass
+class Contender:
+    """One entry of the comparison: a decider on a tick interval, or a static fleet."""
+
+    name: str
+    interval: float = 15.0
+    decider: WorkloadDecider | None = None
+    signals: Signals | None = None
+    static: int | None = None
+    tuned: dict[str, float] | None = None
+
+    def desired(self, fleet: Fleet, now: float) -> int:
+        if self.static is not None:
+            return self.static
+        assert self.decider is not None and self.signals is not None
+        observation = Observation(now, fleet.spec_replicas, self.signals(fleet, now), fleet.ready_replicas(now))
+        decision = self.decider.decide(observation)
+        self.decider.applied(decision)
+        return decision.desired
+
+
+@dataclass
+class RunResult:
+    policy: str
+    gpu_hours: float
+    slo_attainment: float
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    queue_wait_p99_s: float | None
+    completed_requests: int
+    dropped_requests: int
+    scale_events: int
+    max_replicas: int
+    tuned: dict[str, float] | None = None
+    timeline: dict[str, list[float]] = field(default_factory=dict)
+
+    def meets(self, target: float) -> bool:
+        return self.slo_attainment >= target
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "policy": self.policy,
+            "gpu_hours": round(self.gpu_hours, 4),
+            "slo_attainment": round(self.slo_attainment, 5),
+            "ttft_p50_s": _round(self.ttft_p50_s),
+            "ttft_p99_s": _round(self.ttft_p99_s),
+            "queue_wait_p99_s": _round(self.queue_wait_p99_s),
+            "completed_requests": self.completed_requests,
+            "dropped_requests": self.dropped_requests,
+            "scale_events": self.scale_events,
+            "max_replicas": self.max_replicas,
+        }
+        if self.tuned is not None:
+            data["tuned"] = self.tuned
+        return data
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _quantile(values: np.ndarray, q: float) -> float | None:
+    return float(np.quantile(values, q)) if len(values) else None
+
+
+def slo_met(fleet: Fleet, slo_ttft: float) -> np.ndarray:
+    """Time to first token, less the request's own prefill on an idle replica, within ``slo_ttft``."""
+    own_prefill = fleet.prompt / fleet.model.prefill_tokens_per_s
+    ttft = fleet.first_token - fleet.arrival
+    with np.errstate(invalid="ignore"):
+        met: np.ndarray = (~fleet.dropped) & ~np.isnan(ttft) & (ttft - own_prefill <= slo_ttft + 1e-9)
+    return met
+
+
+def run(
+    trace: Trace,
+    model: ReplicaModel,
+    contender: Contender,
+    initial_replicas: int,
+    slo_ttft: float,
+    timeline: bool = True,
+    tail_limit_s: float = 3600.0,
+) -> RunResult:
+    """Simulate the trace; the contender acts until the last arrival, then the fleet only finishes its work.
+
+    GPU time is counted over the trace's duration, for every replica that exists (ready, starting or
+    draining).
+    """
+    fleet = Fleet(model, trace, initial_replicas)
+    end = float(trace.arrival_s[-1])
+    dt = model.step_s
+    now, next_tick = 0.0, 0.0
+    gpu_seconds_at_end: float | None = None
+    events = 0
+    max_replicas = initial_replicas
+    series: dict[str, list[float]] = {"t": [], "replicas": [], "ready": [], "ttft_p90": [], "arrivals": []}
+    last_arrivals = 0
+    while now <= end or (not fleet.done and now < end + tail_limit_s):
+        if now <= end and now >= next_tick - 1e-9:
+            before = fleet.spec_replicas
+            target = contender.desired(fleet, now)
+            if target != before:
+                fleet.scale_to(target, now)
+                events += 1
+            max_replicas = max(max_replicas, fleet.spec_replicas)
+            next_tick += contender.interval
+            if timeline:
+                scrape = fleet.latest_scrape(now)
+                series["t"].append(now)
+                series["replicas"].append(fleet.existing)
+                series["ready"].append(fleet.ready_replicas(now))
+                series["ttft_p90"].append(math.nan if scrape is None or scrape.ttft_p90 is None else scrape.ttft_p90)
+                series["arrivals"].append((fleet.next_arrival - last_arrivals) / contender.interval)
+                last_arrivals = fleet.next_arrival
+        fleet.step(now)
+        now += dt
+        if gpu_seconds_at_end is None and now > end:
+            overshoot = now - end
+            gpu_seconds_at_end = fleet.replica_seconds - fleet.existing * overshoot
+    if gpu_seconds_at_end is None:
+        gpu_seconds_at_end = fleet.replica_seconds
+    met = slo_met(fleet, slo_ttft)
+    served = ~np.isnan(fleet.first_token)
+    ttft = (fleet.first_token - fleet.arrival)[served]
+    waited = ~np.isnan(fleet.admitted)
+    return RunResult(
+        policy=contender.name,
+        gpu_hours=gpu_seconds_at_end * model.gpus_per_replica / 3600.0,
+        slo_attainment=float(met.sum()) / trace.requests,
+        ttft_p50_s=_quantile(ttft, 0.5),
+        ttft_p99_s=_quantile(ttft, 0.99),
+        queue_wait_p99_s=_quantile((fleet.admitted - fleet.arrival)[waited], 0.99),
+        completed_requests=int((~np.isnan(fleet.finished)).sum()),
+        dropped_requests=int(fleet.dropped.sum() + (~served & ~fleet.dropped).sum()),
+        scale_events=events,
+        max_replicas=max_replicas,
+        tuned=contender.tuned,
+        timeline=series if timeline else {},
+    )
+
+
+# -- the oracle ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OracleBound:
+    gpu_hours: float
+    replicas_per_window: np.ndarray
+    window_s: float
+
+
+def oracle_bound(
+    trace: Trace, model: ReplicaModel, min_replicas: int, slo_ttft: float, slo_target: float, window_s: float = 60.0
+) -> OracleBound:
+    """A lower bound on the GPU-hours of any policy whose runs meet ``slo_target``.
+
+    Every token a replica processes costs ``1 / prefill_tokens_per_s`` of compute and every engine step
+    reads the weights once for at most ``max_num_seqs`` decoding sequences, so each request costs at least
+    ``ReplicaModel.min_work_s`` replica-seconds wherever it runs. Any policy, even one that knows the future
+    and starts replicas instantly, must then provide in each window of ``window_s``:
+
+    1. at least ``minReplicas`` replicas;
+    2. the prefill of every request whose arrival and SLO deadline (arrival + own prefill + ``slo_ttft``)
+       both fall inside the window, except the ``1 - slo_target`` share of requests it may fail, which the
+       bound assumes are the ones with the longest prompts;
+    3. from each window on, at least the work of the requests arriving from that window on (work cannot
+       be done before its request arrives).
+
+    The least replica time meeting 1-3, with fractional replicas and no cold start, is computed exactly:
+    each window gets the larger of 1 and 2, and the largest shortfall of 3 over any suffix is added once
+    (capacity added at the end satisfies every suffix). Fractional replicas, no cold start, no scheduling
+    loss and perfect packing only make it smaller than anything a real policy can reach, hence a bound.
+    """
+    arrival, prompt, output = trace.arrival_s, trace.prompt_tokens.astype(float), trace.output_tokens.astype(float)
+    prefill_s = prompt / model.prefill_tokens_per_s
+    work = model.min_work_s(prompt, output)
+    duration = max(float(arrival[-1]), window_s)
+    count = math.ceil(duration / window_s)
+    k = np.minimum((arrival // window_s).astype(np.int64), count - 1)
+    deadline_k = ((arrival + prefill_s + slo_ttft) // window_s).astype(np.int64)
+    may_fail = math.floor((1.0 - slo_target) * trace.requests)
+    must = np.ones(trace.requests, dtype=bool)
+    if may_fail > 0:
+        must[np.argsort(prefill_s)[-may_fail:]] = False
+    inside = must & (deadline_k == k)
+    prefill_in = np.bincount(k[inside], weights=prefill_s[inside], minlength=count)
+    work_in = np.bincount(k, weights=work, minlength=count)
+    floor = np.maximum(min_replicas * window_s, prefill_in)
+    suffix_short = np.cumsum((work_in - floor)[::-1])[::-1]
+    extra = max(0.0, float(suffix_short.max()))
+    total = float(floor.sum()) + extra
+    per_window = floor / window_s
+    return OracleBound(total * model.gpus_per_replica / 3600.0, per_window, window_s)

@@ -1,0 +1,247 @@
+"""Request traces: readers for the common public formats and a seeded synthetic day.
+
+Every reader returns a :class:`Trace`: arrival times in seconds from the first request, prompt and output
+lengths in tokens, as numpy arrays sorted by arrival.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+FORMATS = ("azure", "mooncake", "burstgpt", "rate", "synthetic")
+MAX_EXPANDED_REQUESTS = 20_000_000
+
+# Lengths for traces that carry none (rate-per-window files): log-normal fits to the Azure LLM inference
+# trace 2023 (conversation): prompt median 1,020 and mean 1,155 tokens, output median 129 and mean 211.
+PROMPT_LOGNORMAL = (math.log(1020.0), 0.50)
+OUTPUT_LOGNORMAL = (math.log(129.0), 0.99)
+MAX_TOKENS = 32_768
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.arrival_s) == 0:
+            raise TraceError(f"{self.name}: the trace has no requests")
+
+    @property
+    def requests(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrival_s[-1] - self.arrival_s[0])
+
+    def scaled(self, time_scale: float) -> Trace:
+        """``time_scale`` 2 replays the trace twice as fast."""
+        if time_scale <= 0:
+            raise TraceError("--time-scale must be positive")
+        return Trace(self.name, self.arrival_s / time_scale, self.prompt_tokens, self.output_tokens)
+
+
+def _finish(name: str, arrivals: list[float], prompts: list[int], outputs: list[int]) -> Trace:
+    arrival = np.asarray(arrivals, dtype=np.float64)
+    order = np.argsort(arrival, kind="stable")
+    arrival = arrival[order] - arrival[order][0] if len(arrival) else arrival
+    prompt = np.clip(np.asarray(prompts, dtype=np.int64)[order], 1, None)
+    output = np.clip(np.asarray(outputs, dtype=np.int64)[order], 1, None)
+    return Trace(name, arrival, prompt, output)
+
+
+def _parse_time(text: str) -> float:
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    # Azure traces carry 7 fractional digits, more than datetime accepts.
+    if "." in text:
+        head, frac = text.rsplit(".", 1)
+        digits = "".join(ch for ch in frac if ch.isdigit())
+        tail = frac[len(digits) :]
+        text = f"{head}.{digits[:6]}{tail}"
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _csv_rows(path: Path, required: list[str]) -> tuple[csv.DictReader[str], list[str]]:
+    handle = path.open(newline="", encoding="utf-8")
+    reader = csv.DictReader(handle)
+    header = [h.strip() for h in reader.fieldnames or []]
+    missing = [c for c in required if c not in header]
+    if missing:
+        handle.close()
+        raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}; found {', '.join(header)}")
+    reader.fieldnames = header
+    return reader, header
+
+
+def read_azure(path: Path) -> Trace:
+    reader, _ = _csv_rows(path, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
+    arrivals, prompts, outputs = [], [], []
+    for row in reader:
+        try:
+            arrivals.append(_parse_time(row["TIMESTAMP"]))
+            prompts.append(int(float(row["ContextTokens"])))
+            outputs.append(int(float(row["GeneratedTokens"])))
+        except (TypeError, ValueError) as exc:
+            raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
+    return _finish(path.name, arrivals, prompts, outputs)
+
+
+def read_burstgpt(path: Path) -> Trace:
+    reader, _ = _csv_rows(path, ["Timestamp", "Request tokens", "Response tokens"])
+    arrivals, prompts, outputs = [], [], []
+    for row in reader:
+        try:
+            arrivals.append(float(row["Timestamp"]))
+            prompts.append(int(float(row["Request tokens"])))
+            outputs.append(int(float(row["Response tokens"])))
+        except (TypeError, ValueError) as exc:
+            raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
+    return _finish(path.name, arrivals, prompts, outputs)
+
+
+def read_mooncake(path: Path) -> Trace:
+    arrivals, prompts, outputs = [], [], []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                arrivals.append(float(record["timestamp"]) / 1000.0)
+                prompts.append(int(record["input_length"]))
+                outputs.append(int(record["output_length"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise TraceError(f"{path}:{number}: not a Mooncake request ({exc!r})") from None
+    return _finish(path.name, arrivals, prompts, outputs)
+
+
+def sample_lengths(rng: np.random.Generator, count: int, source: Trace | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths: pairs drawn from ``source``, or the documented log-normal fits."""
+    if source is not None:
+        picks = rng.integers(0, source.requests, size=count)
+        return source.prompt_tokens[picks], source.output_tokens[picks]
+    prompt = rng.lognormal(*PROMPT_LOGNORMAL, size=count)
+    output = rng.lognormal(*OUTPUT_LOGNORMAL, size=count)
+    return (
+        np.clip(np.rint(prompt), 1, MAX_TOKENS).astype(np.int64),
+        np.clip(np.rint(output), 1, MAX_TOKENS).astype(np.int64),
+    )
+
+
+def poisson_arrivals(rng: np.random.Generator, starts: np.ndarray, rates: np.ndarray, width: float) -> np.ndarray:
+    """Arrivals of a piecewise-constant Poisson process: ``rates[i]`` per second from ``starts[i]``."""
+    expected = float(np.sum(np.maximum(rates, 0.0)) * width)
+    if expected > MAX_EXPANDED_REQUESTS:
+        raise TraceError(
+            f"the rates expand to about {expected:,.0f} requests, more than {MAX_EXPANDED_REQUESTS:,}; "
+            "use --rate-scale to thin them"
+        )
+    counts = rng.poisson(np.maximum(rates, 0.0) * width)
+    offsets = rng.random(int(counts.sum())) * width
+    return np.sort(np.repeat(starts, counts) + offsets)
+
+
+def read_rate(path: Path, seed: int, rate_scale: float = 1.0, lengths: Trace | None = None) -> Trace:
+    """A rate-per-window CSV (first column: window start in seconds, second: requests per second)."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        starts, rates = [], []
+        for row in reader:
+            if not row:
+                continue
+            try:
+                starts.append(float(row[0]))
+                rates.append(float(row[1]) * rate_scale)
+            except (IndexError, ValueError) as exc:
+                raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
+    if header is None or not starts:
+        raise TraceError(f"{path}: no windows")
+    start = np.asarray(starts)
+    width = float(np.median(np.diff(start))) if len(start) > 1 else 60.0
+    rng = np.random.default_rng(seed)
+    arrivals = poisson_arrivals(rng, start, np.asarray(rates), width)
+    prompt, output = sample_lengths(rng, len(arrivals), lengths)
+    return Trace(path.name, arrivals - (arrivals[0] if len(arrivals) else 0.0), prompt, output)
+
+
+def synthetic_day(seed: int = 0, mean_rps: float = 2.0, hours: float = 2.0, bursts: int = 6) -> Trace:
+    """A diurnal day with bursts, compressed into ``hours`` (by default twelvefold, into two hours): a
+    sinusoidal daily cycle (peak mid-afternoon, trough before dawn, peak to trough 4:1) at ``mean_rps`` on
+    average, plus ``bursts`` surges of 3 to 15 minutes at 1.5x to 2.5x the rate of the moment, Poisson
+    arrivals in 10 s windows, log-normal lengths (``sample_lengths``). Seeded."""
+    rng = np.random.default_rng(seed)
+    width = 10.0
+    starts = np.arange(0.0, hours * 3600.0, width)
+    phase = 2 * math.pi * (starts / (hours * 3600.0) - 15.0 / 24.0)
+    rates = mean_rps * (1.0 + 0.6 * np.cos(phase))
+    for _ in range(bursts):
+        begin = rng.uniform(0, hours * 3600.0)
+        length = rng.uniform(180, 900)
+        factor = rng.uniform(1.5, 2.5)
+        inside = (starts >= begin) & (starts < begin + length)
+        rates[inside] *= factor
+    arrivals = poisson_arrivals(rng, starts, rates, width)
+    prompt, output = sample_lengths(rng, len(arrivals))
+    return Trace(f"synthetic-day(seed={seed})", arrivals, prompt, output)
+
+
+def guess_format(path: Path) -> str:
+    if path.suffix in (".jsonl", ".json"):
+        return "mooncake"
+    with path.open(encoding="utf-8") as handle:
+        header = handle.readline()
+    if "TIMESTAMP" in header and "ContextTokens" in header:
+        return "azure"
+    if "Request tokens" in header:
+        return "burstgpt"
+    if "rate" in header.lower():
+        return "rate"
+    raise TraceError(f"{path}: cannot tell the trace format from its header {header.strip()!r}; use --format")
+
+
+def load_trace(
+    path: str | Path | None,
+    fmt: str | None = None,
+    seed: int = 0,
+    rate_scale: float = 1.0,
+    lengths_from: str | Path | None = None,
+) -> Trace:
+    if path is None:
+        if fmt not in (None, "synthetic"):
+            raise TraceError(f"--format {fmt} needs --trace FILE")
+        return synthetic_day(seed)
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(f"{path}: no such trace file")
+    fmt = fmt or guess_format(path)
+    if fmt not in FORMATS:
+        raise TraceError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt == "azure":
+        return read_azure(path)
+    if fmt == "mooncake":
+        return read_mooncake(path)
+    if fmt == "burstgpt":
+        return read_burstgpt(path)
+    if fmt == "rate":
+        lengths = load_trace(lengths_from, seed=seed) if lengths_from else None
+        return read_rate(path, seed, rate_scale, lengths)
+    return synthetic_day(seed)

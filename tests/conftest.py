@@ -1,0 +1,20 @@
+"""Shared fixtures: the real traces in ../shared/traces (never copied into the repository)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+@pytest.fixture
+def shared_trace() -> Path:
+    """``../shared/traces/`` from the project root; CI fails without it, elsewhere the test skips."""
+    if not TRACES.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"{TRACES} is missing: CI needs the shared traces")
+        pytest.skip(f"{TRACES} is missing (the shared traces live beside the project)")
+    return TRACES

@@ -1,0 +1,192 @@
+"""The closed-loop simulator: conservation, queueing theory, the oracle bound, baselines, determinism."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoscaler.cli import main
+from simulations.compare import builtin_policy, compare, keda_contender
+from simulations.fleet import Fleet, share_processor
+from simulations.replica_model import ReplicaModel, parse_overrides
+from simulations.runner import Contender, keda_signals, run, signals_for
+from simulations.traces import Trace, TraceError, load_trace, synthetic_day
+
+
+def _poisson(rate: float, n: int, prompt: int, output: int, seed: int = 1) -> Trace:
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1 / rate, n))
+    return Trace("poisson", arrivals - arrivals[0], np.full(n, prompt), np.full(n, output))
+
+
+def _drain(fleet: Fleet) -> None:
+    now = 0.0
+    while not fleet.done or now < fleet.trace.arrival_s[-1]:
+        fleet.step(now)
+        now += fleet.model.step_s
+
+
+def test_processor_sharing_water_fills() -> None:
+    received, frac = share_processor(
+        np.array([0, 0, 0, 1, 1]), np.array([1.0, 5.0, 2.0, 3.0, 10.0]), np.array([6.0, 4.0])
+    )
+    assert received.tolist() == [1.0, 3.0, 2.0, 2.0, 2.0]
+    assert frac[0] == pytest.approx(0.5) and frac[2] == pytest.approx(5 / 6) and (frac[[1, 3, 4]] > 1).all()
+
+
+@pytest.mark.parametrize(("rate", "prompt"), [(0.25, 2000), (0.4, 2000), (0.8, 1000)])
+def test_a_fixed_replica_matches_processor_sharing_queueing(rate: float, prompt: int) -> None:
+    """Prefill-only requests on one replica form an M/D/1 processor-sharing queue: mean sojourn S/(1-rho)."""
+    model = ReplicaModel(kv_cache_tokens=1e9)
+    fleet = Fleet(model, _poisson(rate, 20_000, prompt, 1), 1)
+    _drain(fleet)
+    service = model.weight_read_s * np.ceil(prompt / model.max_num_batched_tokens) + prompt / model.prefill_tokens_per_s
+    expected = service / (1 - rate * service)
+    assert float(np.nanmean(fleet.first_token - fleet.arrival)) == pytest.approx(expected, rel=0.10)
+
+
+def test_every_request_completes_or_is_counted_dropped() -> None:
+    trace = synthetic_day(seed=3, hours=0.5)
+    for drain in (True, False):
+        model = ReplicaModel(drain=drain, cold_start_s=60)
+        document = builtin_policy()
+        result = compare(trace, model, document, ["threshold"], 2.0, 0.99, progress=False).results[0]
+        assert result.completed_requests + result.dropped_requests == trace.requests
+
+
+def test_a_lone_request_takes_its_own_prefill() -> None:
+    model = ReplicaModel()
+    fleet = Fleet(model, Trace("one", np.array([0.0, 100.5]), np.array([10, 4000]), np.array([1, 10])), 1)
+    _drain(fleet)
+    assert fleet.first_token[1] - fleet.arrival[1] == pytest.approx(4000 / model.prefill_tokens_per_s, abs=0.2)
+
+
+def test_the_oracle_never_costs_more_than_a_policy_that_meets_the_slo() -> None:
+    trace = synthetic_day(seed=5, hours=1.0, mean_rps=1.5)
+    comparison = compare(
+        trace, ReplicaModel(cold_start_s=120), builtin_policy(), ["threshold", "predictive"], 2.0, 0.95, progress=False
+    )
+    meeting = [r for r in comparison.results if r.meets(0.95)]
+    assert meeting, "some contender must meet the SLO for the test to mean anything"
+    assert all(comparison.oracle_gpu_hours <= r.gpu_hours for r in meeting)
+
+
+def test_a_slower_cold_start_never_helps_a_reactive_policy() -> None:
+    """A load step that a reactive policy must scale up for: the longer replicas take, the more requests miss."""
+    rng = np.random.default_rng(11)
+    quiet = np.cumsum(rng.exponential(1 / 0.5, 300))
+    busy = quiet[-1] + np.cumsum(rng.exponential(1 / 4.0, 6000))
+    arrivals = np.concatenate([quiet, busy])
+    trace = Trace("step", arrivals - arrivals[0], np.full(len(arrivals), 800), np.full(len(arrivals), 100))
+    document = builtin_policy()
+    workload = document.workloads[0]
+    attainment = []
+    for cold in (30, 120, 300, 600):
+        contender = Contender(
+            "threshold", 15.0, document.decider(workload), signals_for([m.name for m in workload.metrics])
+        )
+        attainment.append(run(trace, ReplicaModel(cold_start_s=cold), contender, 2, 2.0).slo_attainment)
+    assert attainment == sorted(attainment, reverse=True), attainment
+    assert attainment[0] > attainment[-1]
+
+
+def test_the_same_seed_gives_the_same_report(tmp_path: Path) -> None:
+    outs = []
+    for name in ("a.json", "b.json"):
+        path = tmp_path / name
+        assert main(["simulate", "--seed", "4", "--time-scale", "4", "--policy", "threshold", "--out", str(path)]) == 0
+        outs.append(json.loads(path.read_text()))
+    assert outs[0] == outs[1]
+    assert {r["policy"] for r in outs[0]["results"]} == {"threshold", "keda-avg", "keda-sum", "static-best", "oracle"}
+
+
+def test_keda_avg_reproduces_the_articles_under_scaling() -> None:
+    """4 pods with 8 waiting each: the article's per-pod average keeps 4 replicas; the sum asks for 16."""
+    model = ReplicaModel()
+    trace = Trace("idle", np.array([0.0, 1.0]), np.array([10, 10]), np.array([1, 1]))
+    document = builtin_policy()
+    workload = document.workloads[0].model_copy(update={"max_replicas": 32})
+    fleet = Fleet(model, trace, 4)
+    for replica in fleet.replicas:
+        replica.waiting.extend(range(8))
+    fleet._scrape(0.0)
+    for average, expected in ((True, 4), (False, 16)):
+        contender = keda_contender(document, workload, model, average)
+        assert keda_signals(average)(fleet, 0.0)["waiting"] == (8.0 if average else 32.0)
+        decision = contender.decider.decide(  # type: ignore[union-attr]
+            __import__("policies.base", fromlist=["Observation"]).Observation(0.0, 4, contender.signals(fleet, 0.0), 4)
+        )  # type: ignore[misc]
+        assert decision.recommended == expected
+
+
+def test_static_fleet_costs_its_size() -> None:
+    trace = _poisson(1.0, 600, 500, 50)
+    model = ReplicaModel()
+    result = run(trace, model, Contender("static", static=3), 3, 2.0)
+    expected = 3 * trace.duration_s * model.gpus_per_replica / 3600
+    assert result.gpu_hours == pytest.approx(expected, rel=0.01)
+
+
+def test_replica_overrides() -> None:
+    model = parse_overrides(
+        ["max_num_seqs=64", "kv_cache_tokens=1e5", "prefill_tokens_per_s=5000", "decode_tokens_per_s=40"]
+    )
+    assert (model.max_num_seqs, model.kv_cache_tokens, model.prefill_tokens_per_s) == (64, 1e5, 5000)
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        parse_overrides(["warp_drive=1"])
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        parse_overrides(["max_num_seqs=zero"])
+
+
+def test_real_traces_are_read(shared_trace: Path) -> None:
+    azure = load_trace(shared_trace / "azure_llm_2023_conv.csv")
+    assert azure.requests == 19366 and 3400 < azure.duration_s < 3600
+    mooncake = load_trace(shared_trace / "mooncake_synthetic.jsonl")
+    assert mooncake.requests == 3993 and mooncake.prompt_tokens.max() > 10_000
+    rate = load_trace(shared_trace / "servegen_m-mid_rate_600s.csv", rate_scale=0.001, seed=2)
+    assert rate.requests > 1000
+    assert (
+        load_trace(shared_trace / "servegen_m-mid_rate_600s.csv", rate_scale=0.001, seed=2).arrival_s.tolist()
+        == rate.arrival_s.tolist()
+    )
+    with pytest.raises(TraceError, match="--rate-scale"):
+        load_trace(shared_trace / "servegen_m-mid_rate_600s.csv")
+
+
+def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path) -> None:
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    code = main(
+        [
+            "simulate",
+            "--trace",
+            str(shared_trace / "mooncake_synthetic.jsonl"),
+            "--policy",
+            "predictive",
+            "--cold-start",
+            "60",
+            "--replica",
+            "prefill_tokens_per_s=20000",
+            "--out",
+            str(out),
+            "--plot",
+            str(png),
+        ]
+    )
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["requests"] == 3993 and data["model"]["cold_start_s"] == 60
+    assert data["model"]["prefill_tokens_per_s"] == 20000
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_simulate_rejects_a_metric_it_cannot_provide(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "workloads:\n- target: {namespace: a, name: b}\n  maxReplicas: 4\n  metrics:\n"
+        "  - {name: gpu_temperature, query: 'max(DCGM_FI_DEV_GPU_TEMP)', target: {value: 80}}\n"
+    )
+    assert main(["simulate", "--config", str(policy), "--time-scale", "8"]) == 2
+    assert "cannot provide metric 'gpu_temperature'" in capsys.readouterr().err
