@@ -20,6 +20,16 @@ from policies.pipeline import WorkloadDecider
 from policies.spec import Behavior, Duration, Fallback, MetricSpec, StrictModel, parse_duration
 
 DEFAULT_COLD_START_SECONDS = 300
+# Metric names with a built-in default query (autoscaler.metrics.queries); any other needs a `query`.
+BUILTIN_METRIC_NAMES = (
+    "num_requests_waiting",
+    "num_requests_running",
+    "kv_cache_usage_perc",
+    "gpu_cache_usage_perc",
+    "time_to_first_token_p90_seconds",
+    "prompt_tokens_per_second",
+    "generation_tokens_per_second",
+)
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 
@@ -154,6 +164,12 @@ def _workload_problems(index: int, raw: dict[str, Any], interval: Any) -> list[s
         repeated = sorted({str(n) for n in names if n is not None and names.count(n) > 1})
         if repeated:
             problems.append(f"{where}.metrics: metric names must be distinct; repeated: {', '.join(repeated)}")
+        for i, metric in enumerate(metrics):
+            if isinstance(metric, dict) and not metric.get("query") and metric.get("name") not in BUILTIN_METRIC_NAMES:
+                problems.append(
+                    f"{where}.metrics[{i}].query: required for {metric.get('name')!r}, which has no "
+                    f"built-in default ({', '.join(BUILTIN_METRIC_NAMES)})"
+                )
     policy = raw.get("policy", {"type": "threshold"})
     prefix: tuple[Any, ...] = ("workloads", index, "policy")
     if not isinstance(policy, dict):

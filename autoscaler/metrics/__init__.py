@@ -1,0 +1,1 @@
+"""Metric sources: one small interface (``source.MetricSource``), one implementation per file."""

@@ -1,0 +1,137 @@
+"""The Prometheus metric source, on ``prometheus-api-client``."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3 import exceptions as urllib3_errors
+from urllib3.util.retry import Retry
+
+from autoscaler.logs import get_logger
+from autoscaler.metrics.source import Failure, QueryResult, RangeSeries
+from autoscaler.policy_file import PrometheusConfig
+
+log = get_logger("autoscaler.metrics")
+
+
+class PrometheusSource:
+    """Instant queries per tick, each distinct query once; range queries for ``record``.
+
+    TLS verification is on unless ``insecureSkipVerify``; ``caFile`` adds a CA bundle; the bearer token is
+    re-read from ``bearerTokenFile`` on every call, so a rotated projected token is picked up.
+    """
+
+    def __init__(self, config: PrometheusConfig) -> None:
+        self.config = config
+        session = requests.Session()
+        session.verify = False if config.insecure_skip_verify else (config.ca_file or True)
+        self.client = PrometheusConnect(
+            url=config.url.rstrip("/"),
+            session=session,
+            retry=Retry(total=0, read=False),  # no hidden retries: one tick, one try
+            timeout=config.timeout,
+        )
+        self.requests_sent = 0
+
+    def _refresh_headers(self) -> None:
+        if self.config.bearer_token_file:
+            token = Path(self.config.bearer_token_file).read_text(encoding="utf-8").strip()
+            self.client.headers = {"Authorization": f"Bearer {token}"}
+
+    def _failure(self, exc: Exception) -> tuple[Failure, str]:
+        if isinstance(
+            exc, (requests.ConnectionError, urllib3_errors.NewConnectionError, urllib3_errors.ProtocolError)
+        ) and not isinstance(exc, requests.Timeout):
+            return Failure.UNREACHABLE, str(exc).splitlines()[0][:300]
+        if isinstance(exc, (requests.Timeout, urllib3_errors.TimeoutError)):
+            return Failure.TIMEOUT, f"no answer within {self.config.timeout} s"
+        if isinstance(exc, requests.ConnectionError):
+            return Failure.UNREACHABLE, str(exc).splitlines()[0][:300]
+        if isinstance(exc, PrometheusApiClientException):
+            return Failure.HTTP_ERROR, str(exc)[:300]
+        if isinstance(exc, OSError):
+            return Failure.UNREACHABLE, f"cannot read the bearer token: {exc}"
+        return Failure.BAD_RESPONSE, repr(exc)[:300]
+
+    def query_one(self, query: str, now: float) -> QueryResult:
+        started = time.monotonic()
+        try:
+            self._refresh_headers()
+            self.requests_sent += 1
+            data: Any = self.client.custom_query(query, params={"time": f"{now:.3f}"})
+        except Exception as exc:  # every failure of one query is "no value", never a crash
+            failure, detail = self._failure(exc)
+            return QueryResult(None, failure, detail, latency_s=time.monotonic() - started)
+        latency = time.monotonic() - started
+        return self._interpret(data, now, latency)
+
+    def _interpret(self, data: Any, now: float, latency: float) -> QueryResult:
+        if isinstance(data, dict) and "result" in data:  # a scalar result
+            data = [{"value": data["result"]}] if data.get("resultType") == "scalar" else data["result"]
+        if not isinstance(data, list):
+            return QueryResult(None, Failure.BAD_RESPONSE, f"unexpected result {str(data)[:200]}", latency_s=latency)
+        if not data:
+            return QueryResult(None, Failure.EMPTY, "the query returned no series", latency_s=latency)
+        if len(data) > 1:
+            labels = [item.get("metric", {}) for item in data[:3]]
+            return QueryResult(
+                None,
+                Failure.MULTIPLE_SERIES,
+                f"{len(data)} series where one is expected, e.g. {labels}; aggregate with sum() or max()",
+                latency_s=latency,
+            )
+        try:
+            stamp, text = data[0]["value"]
+            value, stamp = float(text), float(stamp)
+        except (KeyError, TypeError, ValueError) as exc:
+            return QueryResult(None, Failure.BAD_RESPONSE, f"unparsable sample: {exc}", latency_s=latency)
+        if not math.isfinite(value):
+            return QueryResult(None, Failure.NOT_FINITE, f"value {text}", stamp, latency)
+        if now - stamp > self.config.staleness_seconds:
+            return QueryResult(None, Failure.STALE, f"sample is {now - stamp:.0f} s old", stamp, latency)
+        return QueryResult(value, None, "", stamp, latency)
+
+    def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
+        return {q: self.query_one(q, now) for q in dict.fromkeys(queries)}
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
+        try:
+            self._refresh_headers()
+            self.requests_sent += 1
+            data = self.client.custom_query_range(
+                query,
+                start_time=datetime.fromtimestamp(start, tz=UTC),
+                end_time=datetime.fromtimestamp(end, tz=UTC),
+                step=f"{step:g}s",
+            )
+        except Exception as exc:
+            failure, detail = self._failure(exc)
+            return RangeSeries([], failure, detail)
+        if not data:
+            return RangeSeries([], Failure.EMPTY, "the query returned no series")
+        if len(data) > 1:
+            return RangeSeries([], Failure.MULTIPLE_SERIES, f"{len(data)} series where one is expected")
+        samples = []
+        for stamp, text in data[0].get("values", []):
+            value = float(text)
+            if math.isfinite(value):
+                samples.append((float(stamp), value))
+        return RangeSeries(samples)
+
+    def reachable(self) -> bool:
+        try:
+            self._refresh_headers()
+            response = self.client._session.get(
+                f"{self.client.url}/-/ready", timeout=self.config.timeout, headers=self.client.headers
+            )
+            return bool(response.status_code == 200)
+        except (requests.RequestException, OSError):
+            return False

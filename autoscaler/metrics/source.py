@@ -1,0 +1,53 @@
+"""The interface every metric source implements, and what a query can come back with."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class Failure(StrEnum):
+    """Why a query gave no value: each is "no value" for that metric at that tick."""
+
+    EMPTY = "empty-result"
+    NOT_FINITE = "not-finite"
+    MULTIPLE_SERIES = "multiple-series"
+    HTTP_ERROR = "http-error"
+    TIMEOUT = "timeout"
+    UNREACHABLE = "unreachable"
+    STALE = "stale"
+    BAD_RESPONSE = "bad-response"
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    value: float | None
+    failure: Failure | None = None
+    detail: str = ""
+    sample_time: float | None = None
+    latency_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+@dataclass(frozen=True)
+class RangeSeries:
+    """One range query's samples, ``(unix seconds, value)``, or why there are none."""
+
+    samples: list[tuple[float, float]]
+    failure: Failure | None = None
+    detail: str = ""
+
+
+class MetricSource(Protocol):
+    def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
+        """Evaluate every query once, at ``now``."""
+        ...
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries: ...
+
+    def reachable(self) -> bool: ...

@@ -1,0 +1,63 @@
+"""``record``: range queries for every workload's metrics and replica count, in the recorded-metrics format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from autoscaler.logs import get_logger
+from autoscaler.metrics.queries import metric_queries, replicas_query
+from autoscaler.metrics.source import Failure, MetricSource
+from autoscaler.policy_file import PolicyFile
+from autoscaler.recorded import REPLICAS, write_rows
+
+log = get_logger("autoscaler.record")
+PROMETHEUS_FAILURES = {Failure.HTTP_ERROR, Failure.TIMEOUT, Failure.UNREACHABLE, Failure.BAD_RESPONSE}
+
+
+@dataclass
+class RecordOutcome:
+    rows: int = 0
+    failed: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
+
+
+def record(
+    document: PolicyFile, source: MetricSource, start: float, end: float, step: float, out: TextIO
+) -> RecordOutcome:
+    """Write every series; a Prometheus failure is reported in ``failed`` (the command exits 1)."""
+    outcome = RecordOutcome()
+    rows: list[tuple[float, str, str, float]] = []
+    for workload in document.workloads:
+        wanted = dict(metric_queries(workload))
+        wanted[REPLICAS] = replicas_query(workload)
+        for name, query in wanted.items():
+            series = source.query_range(query, start, end, step)
+            where = f"{workload.key} {name}"
+            if series.failure in PROMETHEUS_FAILURES:
+                outcome.failed.append(f"{where}: {series.failure}: {series.detail}")
+                log.error(
+                    "record-failed",
+                    workload=workload.key,
+                    metric=name,
+                    reason=str(series.failure),
+                    detail=series.detail,
+                    query=query,
+                )
+                continue
+            if series.failure is not None:
+                outcome.empty.append(f"{where}: {series.failure}: {series.detail}")
+                log.warning(
+                    "record-no-values",
+                    workload=workload.key,
+                    metric=name,
+                    reason=str(series.failure),
+                    detail=series.detail,
+                    query=query,
+                )
+                continue
+            for stamp, value in series.samples:
+                rows.append((stamp, workload.key, name, float(round(value)) if name == REPLICAS else value))
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    outcome.rows = write_rows(out, rows)
+    return outcome

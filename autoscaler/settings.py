@@ -1,0 +1,52 @@
+"""Settings that are not per workload: from flags, the environment (``VLLM_AUTOSCALER_*``), the file.
+
+A flag wins over the environment and the environment over the policy file (CONTRACT.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from autoscaler.policy_file import PolicyFile, PrometheusConfig
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VLLM_AUTOSCALER_", extra="ignore")
+
+    prometheus_url: str | None = None
+    prometheus_timeout: float | None = Field(default=None, gt=0)
+    prometheus_bearer_token_file: str | None = None
+    prometheus_ca_file: str | None = None
+    prometheus_insecure_skip_verify: bool | None = None
+    log_format: Literal["json", "console"] = "json"
+    log_level: str = "info"
+    metrics_port: int = Field(default=8080, ge=0, le=65535)
+    health_port: int | None = Field(default=None, ge=0, le=65535)
+    bind_address: str = "0.0.0.0"
+    leader_elect: bool | None = None
+    lease_name: str = "vllm-autoscaler"
+    lease_namespace: str | None = None
+    lease_duration_s: float = Field(default=15.0, gt=0)
+    renew_deadline_s: float = Field(default=10.0, gt=0)
+    retry_period_s: float = Field(default=2.0, gt=0)
+    dry_run: bool = False
+    kubeconfig: str | None = None
+    identity: str | None = None
+
+    def prometheus(self, document: PolicyFile) -> PrometheusConfig:
+        """The file's ``prometheus`` block with every setting from the environment (or a flag) on top."""
+        overrides: dict[str, Any] = {}
+        for field, key in (
+            ("prometheus_url", "url"),
+            ("prometheus_timeout", "timeout"),
+            ("prometheus_bearer_token_file", "bearer_token_file"),
+            ("prometheus_ca_file", "ca_file"),
+            ("prometheus_insecure_skip_verify", "insecure_skip_verify"),
+        ):
+            value = getattr(self, field)
+            if value is not None:
+                overrides[key] = value
+        return document.prometheus.model_copy(update=overrides)

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.servers import PrometheusServer, VllmExporter
+
+
+@pytest.fixture
+def exporter() -> Iterator[VllmExporter]:
+    server = VllmExporter()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path, exporter: VllmExporter) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(tmp_path, [exporter.port])
+    server.start()
+    yield server
+    server.stop()

@@ -1,0 +1,202 @@
+"""The metric source against a real Prometheus scraping a vLLM-shaped exporter with known values."""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from autoscaler.cli import main
+from autoscaler.metrics.prometheus import PrometheusSource
+from autoscaler.metrics.source import Failure
+from autoscaler.observer import Observer
+from autoscaler.policy_file import PolicyFile, parse_policy_document
+from policies.base import Observation
+from policies.pipeline import Reason
+from tests.servers import PrometheusServer, VllmExporter, wait_for
+
+pytestmark = pytest.mark.integration
+NS, NAME = "llm-serving", "vllm-llama3-70b"
+KEY = f"{NS}/{NAME}"
+
+
+def _document(url: str, metrics: list[dict[str, Any]] | None = None) -> PolicyFile:
+    return parse_policy_document(
+        {
+            "interval": 5,
+            "prometheus": {"url": url, "timeout": 2},
+            "workloads": [
+                {
+                    "target": {"namespace": NS, "name": NAME},
+                    "minReplicas": 1,
+                    "maxReplicas": 10,
+                    "metrics": metrics
+                    or [
+                        {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
+                        {"name": "kv_cache_usage_perc", "target": {"type": "Value", "value": 0.85}},
+                    ],
+                }
+            ],
+        }
+    )
+
+
+def _collect(observer: Observer) -> dict[str, float | None]:
+    return observer.collect(time.time())[KEY].values
+
+
+def _until(observer: Observer, metric: str, value: float, what: str) -> dict[str, float | None]:
+    """Poll until Prometheus has scraped the exporter's new value."""
+    found: dict[str, dict[str, float | None]] = {}
+
+    def check() -> bool:
+        found["v"] = _collect(observer)
+        return found["v"].get(metric) == value
+
+    wait_for(check, 30, what)
+    return found["v"]
+
+
+def test_values_flow_through_to_observations(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
+    exporter.set_pods(NS, NAME, waiting=[3, 4, 5], kv=[0.2, 0.5, 0.7])
+    exporter.set_pods("other", NAME, waiting=[100], kv=[0.99])  # another namespace's pods are not selected
+    exporter.set(
+        "vllm:num_requests_waiting", 50, namespace=NS, pod=f"{NAME}-canary-5f6d7c9b8-x2k9p", model_name="m"
+    )  # another Deployment
+    observer = Observer(_document(prometheus.url), PrometheusSource(_document(prometheus.url).prometheus))
+    values = _until(observer, "num_requests_waiting", 12, "the exporter's values in Prometheus")
+    assert values == {"num_requests_waiting": 12.0, "kv_cache_usage_perc": 0.7}
+    exporter.set_pods(NS, NAME, waiting=[10, 10], kv=[0.9, 0.95])
+    values = _until(observer, "num_requests_waiting", 20, "an update")
+    assert values["kv_cache_usage_perc"] == 0.95
+
+
+def test_both_kv_cache_metric_generations(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
+    document = _document(prometheus.url)
+    observer = Observer(document, PrometheusSource(document.prometheus))
+    exporter.set_pods(NS, NAME, waiting=[0, 0], old_kv=[0.3, 0.6])  # vLLM before 0.12: only the old name
+    assert wait_for(lambda: _collect(observer)["kv_cache_usage_perc"] == 0.6, 30, "the old metric name")
+    # During an upgrade: one pod with both names (current wins), one with only the old one.
+    exporter.set_pods(NS, NAME, waiting=[0], kv=[0.4], old_kv=[0.9])
+    exporter.set("vllm:gpu_cache_usage_perc", 0.5, namespace=NS, pod=f"{NAME}-7d9f8c6b5-old12", model_name="m")
+    assert wait_for(lambda: _collect(observer)["kv_cache_usage_perc"] == 0.5, 30, "the mixed generations")
+
+
+def test_a_query_with_several_series_is_no_value(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
+    document = _document(
+        prometheus.url,
+        [
+            {
+                "name": "num_requests_waiting",
+                "query": f'vllm:num_requests_waiting{{namespace="{NS}"}}',
+                "target": {"type": "AverageValue", "value": 2},
+            },
+        ],
+    )
+    exporter.set_pods(NS, NAME, waiting=[1, 2, 3])
+    source = PrometheusSource(document.prometheus)
+    observer = Observer(document, source)
+    wait_for(
+        lambda: (
+            source.query_one(document.workloads[0].metrics[0].query or "", time.time()).failure
+            == Failure.MULTIPLE_SERIES
+        ),
+        30,
+        "three series",
+    )
+    with capture_logs() as logs:
+        metrics = observer.collect(time.time())[KEY]
+    assert metrics.values == {"num_requests_waiting": None}
+    assert metrics.failures["num_requests_waiting"].failure == Failure.MULTIPLE_SERIES
+    assert any(e["event"] == "metric-unavailable" and e["reason"] == "multiple-series" for e in logs)
+
+
+def test_prometheus_stopped_mid_run_holds_then_recovers(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
+    document = _document(prometheus.url)
+    workload = document.workloads[0]
+    decider = document.decider(workload)
+    observer = Observer(document, PrometheusSource(document.prometheus))
+    exporter.set_pods(NS, NAME, waiting=[9, 9, 9], kv=[0.5, 0.5, 0.5])
+    wait_for(lambda: _collect(observer)["num_requests_waiting"] == 27, 30, "the first values")
+
+    prometheus.stop()
+    with capture_logs() as logs:
+        metrics = observer.collect(time.time())[KEY]
+    assert metrics.all_failed
+    assert {f.failure for f in metrics.failures.values()} == {Failure.UNREACHABLE}
+    assert any(e["event"] == "metric-unavailable" and e["reason"] == "unreachable" for e in logs)
+    decision = decider.decide(Observation(time.time(), 3, metrics.values))
+    assert (decision.desired, decision.reason) == (3, Reason.METRICS_UNAVAILABLE)
+
+    prometheus.start()
+    wait_for(lambda: _collect(observer)["num_requests_waiting"] == 27, 30, "recovery")
+    decision = decider.decide(Observation(time.time(), 3, _collect(observer)))
+    assert decision.desired > 3
+
+
+def test_record_then_replay(exporter: VllmExporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
+    exporter.set_pods(NS, NAME, waiting=[2, 4, 6], kv=[0.1, 0.2, 0.3])
+    document = _document(prometheus.url)
+    observer = Observer(document, PrometheusSource(document.prometheus))
+    wait_for(lambda: _collect(observer)["num_requests_waiting"] == 12, 30, "the values")
+    start = time.time()
+    wait_for(lambda: time.time() - start > 4, 10, "a few seconds of samples")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(document.model_dump_json(by_alias=True, exclude_none=True))
+    recorded = tmp_path / "recorded.csv"
+    code = main(
+        [
+            "record",
+            "--config",
+            str(policy),
+            "--start",
+            f"{start:.0f}",
+            "--end",
+            f"{time.time():.0f}",
+            "--step",
+            "1s",
+            "--out",
+            str(recorded),
+        ]
+    )
+    assert code == 0
+    rows = list(csv.DictReader(recorded.open()))
+    by_metric: dict[str, set[float]] = {}
+    for row in rows:
+        assert row["workload"] == KEY
+        by_metric.setdefault(row["metric"], set()).add(float(row["value"]))
+    assert by_metric == {"num_requests_waiting": {12.0}, "kv_cache_usage_perc": {0.3}, "replicas": {3.0}}
+    decisions = tmp_path / "decisions.csv"
+    assert main(["replay", "--config", str(policy), "--metrics", str(recorded), "--out", str(decisions)]) == 0
+    replayed = list(csv.DictReader(decisions.open()))
+    assert len(replayed) == len({row["timestamp"] for row in rows}) >= 4
+    assert replayed[0]["current_replicas"] == "3" and replayed[0]["recommended_replicas"] == "6"
+
+
+def test_record_fails_with_exit_1_when_prometheus_is_down(tmp_path: Path) -> None:
+    from tests.servers import free_port
+
+    document = _document(f"http://127.0.0.1:{free_port()}")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(document.model_dump_json(by_alias=True, exclude_none=True))
+    now = time.time()
+    assert (
+        main(
+            [
+                "record",
+                "--config",
+                str(policy),
+                "--start",
+                f"{now - 60:.0f}",
+                "--end",
+                f"{now:.0f}",
+                "--out",
+                str(tmp_path / "r.csv"),
+            ]
+        )
+        == 1
+    )

@@ -1,0 +1,173 @@
+"""Real servers for integration tests: Prometheus (Debian's binary) and a vLLM-shaped exporter."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll a real server until ``predicate`` holds; the only waiting the tests do."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def prometheus_binary() -> str:
+    path = shutil.which("prometheus")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("the prometheus binary is missing: .ci/run must install Debian's prometheus package")
+        pytest.skip("the prometheus binary is not installed (apt-get install prometheus)")
+    return path
+
+
+class VllmExporter:
+    """Serves ``/metrics`` in the Prometheus text format from series the test sets."""
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.lock = threading.Lock()
+        exporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = exporter.render().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def set(self, metric: str, value: float, **labels: str) -> None:
+        with self.lock:
+            self.series[(metric, tuple(sorted(labels.items())))] = value
+
+    def remove(self, metric: str) -> None:
+        with self.lock:
+            self.series = {k: v for k, v in self.series.items() if k[0] != metric}
+
+    def set_pods(
+        self,
+        namespace: str,
+        deployment: str,
+        waiting: list[float],
+        kv: list[float] | None = None,
+        old_kv: list[float] | None = None,
+        model: str = "meta-llama/Meta-Llama-3-70B-Instruct",
+    ) -> None:
+        """One vLLM pod per list entry, named as a Deployment names its pods."""
+        with self.lock:
+            self.series = {
+                k: v
+                for k, v in self.series.items()
+                if not (k[0].startswith("vllm:") and ("namespace", namespace) in k[1])
+            }
+        for i, value in enumerate(waiting):
+            pod = f"{deployment}-7d9f8c6b5-{chr(97 + i)}x{i}z9"
+            labels = {"namespace": namespace, "pod": pod, "model_name": model, "engine": "0"}
+            self.set("vllm:num_requests_waiting", value, **labels)
+            self.set("vllm:num_requests_running", 4.0, **labels)
+            if kv is not None:
+                self.set("vllm:kv_cache_usage_perc", kv[i], **labels)
+            if old_kv is not None:
+                self.set("vllm:gpu_cache_usage_perc", old_kv[i], **labels)
+        self.set(
+            "kube_deployment_status_replicas_ready", float(len(waiting)), namespace=namespace, deployment=deployment
+        )
+
+    def render(self) -> str:
+        with self.lock:
+            items = sorted(self.series.items())
+        lines = []
+        for (metric, labels), value in items:
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines.append(f"{metric}{{{text}}} {value!r}")
+        return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class PrometheusServer:
+    """The real ``prometheus`` binary on loopback, scraping the given targets every second."""
+
+    def __init__(self, workdir: Path, targets: list[int]) -> None:
+        self.binary = prometheus_binary()
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = workdir / "prometheus.yml"
+        target_list = ", ".join(f"'127.0.0.1:{t}'" for t in targets)
+        self.config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n  - job_name: vllm\n    honor_labels: true\n"
+            f"    static_configs:\n      - targets: [{target_list}]\n"
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "prometheus.log"
+
+    def start(self) -> None:
+        handle = self.log.open("ab")
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for(self.ready, 30, "Prometheus to be ready")
+
+    def ready(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"prometheus exited: {self.log.read_text()[-2000:]}")
+        try:
+            return requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None

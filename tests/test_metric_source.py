@@ -1,0 +1,147 @@
+"""The Prometheus source's handling of bad answers, against a fake HTTP server (a unit test may fake)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.metrics.prometheus import PrometheusSource
+from autoscaler.metrics.queries import default_query, metric_queries, promql_string, regex_literal, replicas_query
+from autoscaler.metrics.source import Failure
+from autoscaler.policy_file import PrometheusConfig, parse_policy_document
+from tests.helpers import workload_doc
+
+
+class FakePrometheus:
+    def __init__(self) -> None:
+        self.answer: tuple[int, Any] = (200, {"status": "success", "data": {"resultType": "vector", "result": []}})
+        self.delay = 0.0
+        self.headers: list[str | None] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                fake.headers.append(self.headers.get("Authorization"))
+                time.sleep(fake.delay)
+                status, body = fake.answer
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def vector(self, *samples: tuple[float, str]) -> None:
+        result = [{"metric": {"pod": f"p{i}"}, "value": [t, v]} for i, (t, v) in enumerate(samples)]
+        self.answer = (200, {"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+@pytest.fixture
+def fake() -> Iterator[FakePrometheus]:
+    server = FakePrometheus()
+    yield server
+    server.server.shutdown()
+
+
+def _source(url: str, **extra: Any) -> PrometheusSource:
+    return PrometheusSource(PrometheusConfig(url=url, timeout=0.5, **extra))
+
+
+def test_one_value(fake: FakePrometheus) -> None:
+    now = time.time()
+    fake.vector((now, "12.5"))
+    result = _source(fake.url).query_one("q", now)
+    assert result.ok and result.value == 12.5
+
+
+@pytest.mark.parametrize(
+    ("setup", "failure"),
+    [
+        (lambda f, now: f.vector(), Failure.EMPTY),
+        (lambda f, now: f.vector((now, "NaN")), Failure.NOT_FINITE),
+        (lambda f, now: f.vector((now, "+Inf")), Failure.NOT_FINITE),
+        (lambda f, now: f.vector((now, "1"), (now, "2")), Failure.MULTIPLE_SERIES),
+        (lambda f, now: f.vector((now - 3600, "1")), Failure.STALE),
+        (lambda f, now: setattr(f, "answer", (500, {"status": "error"})), Failure.HTTP_ERROR),
+        (
+            lambda f, now: setattr(f, "answer", (200, {"status": "success", "data": {"result": "x"}})),
+            Failure.BAD_RESPONSE,
+        ),
+        (lambda f, now: (f.vector((now, "1")), setattr(f, "delay", 1.5)), Failure.TIMEOUT),
+    ],
+)
+def test_bad_answers_are_no_value(fake: FakePrometheus, setup: Any, failure: Failure) -> None:
+    now = time.time()
+    setup(fake, now)
+    result = _source(fake.url).query_one("q", now)
+    assert (result.value, result.failure) == (None, failure)
+
+
+def test_unreachable() -> None:
+    result = _source("http://127.0.0.1:9").query_one("q", time.time())
+    assert result.failure == Failure.UNREACHABLE
+
+
+def test_bearer_token_is_reread_every_call(fake: FakePrometheus, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    source = _source(fake.url, bearerTokenFile=str(token))
+    source.query_one("q", time.time())
+    token.write_text("second")
+    source.query_one("q", time.time())
+    assert fake.headers == ["Bearer first", "Bearer second"]
+
+
+def test_each_distinct_query_is_sent_once(fake: FakePrometheus) -> None:
+    fake.vector((time.time(), "1"))
+    source = _source(fake.url)
+    results = source.query(["a", "b", "a", "a"], time.time())
+    assert set(results) == {"a", "b"} and source.requests_sent == 2
+
+
+def test_tls_verification_is_on_by_default() -> None:
+    assert _source("https://prometheus:9090").client._session.verify is True
+    assert _source("https://prometheus:9090", caFile="/etc/ca.pem").client._session.verify == "/etc/ca.pem"
+    assert _source("https://prometheus:9090", insecureSkipVerify=True).client._session.verify is False
+
+
+def test_default_queries_select_the_deployments_pods() -> None:
+    workload = parse_policy_document(workload_doc(target={"namespace": "llm-serving", "name": "vllm.70b"})).workloads[0]
+    waiting = default_query("num_requests_waiting", workload)
+    assert waiting == 'sum(vllm:num_requests_waiting{namespace="llm-serving",pod=~"vllm\\\\.70b-[a-z0-9]+-[a-z0-9]+"})'
+    kv = default_query("gpu_cache_usage_perc", workload) or ""
+    assert "vllm:kv_cache_usage_perc" in kv and " or " in kv and "vllm:gpu_cache_usage_perc" in kv
+    assert (
+        replicas_query(workload)
+        == 'max(kube_deployment_status_replicas_ready{namespace="llm-serving",deployment="vllm.70b"})'
+    )
+
+
+def test_label_values_cannot_inject() -> None:
+    assert promql_string('a"}) or vector(1) #') == '"a\\"}) or vector(1) #"'
+    assert promql_string("back\\slash") == '"back\\\\slash"'
+    assert regex_literal("a.b*c") == "a\\.b\\*c"
+
+
+def test_a_metric_without_query_or_default_is_a_validation_error() -> None:
+    from autoscaler.policy_file import PolicyFileError
+
+    with pytest.raises(PolicyFileError, match=r"metrics\[0\].query: required for 'queue_depth'"):
+        parse_policy_document(workload_doc(metrics=[{"name": "queue_depth", "target": {"value": 1}}]))
+    workload = parse_policy_document(
+        workload_doc(metrics=[{"name": "queue_depth", "query": "sum(x)", "target": {"value": 1}}])
+    ).workloads[0]
+    assert metric_queries(workload) == {"queue_depth": "sum(x)"}
