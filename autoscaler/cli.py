@@ -194,6 +194,38 @@ def cmd_record(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from autoscaler.daemon import run_daemon
+    from autoscaler.logs import configure
+    from autoscaler.metrics.queries import metric_queries
+    from autoscaler.settings import Settings
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        _error(f"bad VLLM_AUTOSCALER_* setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
+        return EXIT_BAD_INPUT
+    if args.dry_run:
+        settings.dry_run = True
+    if args.kubeconfig:
+        settings.kubeconfig = args.kubeconfig
+    if args.prometheus_url:
+        settings.prometheus_url = args.prometheus_url
+    configure(settings.log_format, settings.log_level)
+    document = _load(args.config)
+    if document is None:
+        return EXIT_BAD_INPUT
+    try:
+        for workload in document.workloads:
+            metric_queries(workload)
+    except ValueError as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    return run_daemon(args.config, document, settings, args.once)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vllm-autoscaler",
@@ -213,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DECISIONS.csv", help="default: standard output")
     p.add_argument("--plot", metavar="FILE.png")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("run", help="the controller daemon")
+    p.add_argument("--config", required=True, metavar="FILE")
+    p.add_argument("--dry-run", action="store_true", help="decide and log, never write to the cluster")
+    p.add_argument("--once", action="store_true", help="one tick for every workload, then exit")
+    p.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube/config")
+    p.add_argument("--prometheus-url", metavar="URL", help="overrides the file and the environment")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("record", help="range-query Prometheus into a recorded-metrics file for replay")
     p.add_argument("--config", required=True, metavar="FILE")

@@ -4,8 +4,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from tests.servers import PrometheusServer, VllmExporter
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging() -> Iterator[None]:
+    """``run`` configures structlog for the process; put the test default back afterwards."""
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture

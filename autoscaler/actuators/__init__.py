@@ -1,0 +1,1 @@
+"""Actuators: one small interface (``base.Actuator``), one implementation per file."""

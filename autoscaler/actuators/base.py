@@ -1,0 +1,63 @@
+"""What an actuator reads and writes, and the interface both implementations share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from autoscaler.policy_file import TargetRef
+
+PAUSED = "vllm-autoscaler.io/paused"
+PAUSED_REPLICAS = "vllm-autoscaler.io/paused-replicas"
+
+
+class ReadFailure(StrEnum):
+    NOT_FOUND = "not-found"
+    FORBIDDEN = "forbidden"
+    UNAVAILABLE = "unavailable"
+
+
+class ActuatorError(Exception):
+    def __init__(self, failure: ReadFailure, detail: str) -> None:
+        super().__init__(f"{failure}: {detail}")
+        self.failure = failure
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class ScaleState:
+    """A target as read this tick."""
+
+    replicas: int
+    ready: int
+    resource_version: str
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    applied: bool
+    outcome: str  # applied, dry-run, changed-concurrently, conflict, forbidden, not-found, unavailable
+    detail: str = ""
+    attempts: int = 0
+
+
+class Actuator(Protocol):
+    dry_run: bool
+
+    def read(self, target: TargetRef) -> ScaleState:
+        """The target's replica count, ready count and annotations; raises :class:`ActuatorError`."""
+        ...
+
+    def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
+        """Set ``spec.replicas`` through the scale subresource, only if nobody changed it since ``state``."""
+        ...
+
+    def owners(self, target: TargetRef) -> list[str]:
+        """Other autoscalers (HPAs, KEDA ScaledObjects) that target the same object."""
+        ...
+
+    def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:
+        """Record a Kubernetes Event on the target, best effort."""
+        ...

@@ -1,0 +1,34 @@
+"""The dry-run actuator: reads the cluster for real, and never sends a write of any kind."""
+
+from __future__ import annotations
+
+from autoscaler.actuators.base import Actuator, ScaleState, WriteResult
+from autoscaler.logs import get_logger
+from autoscaler.policy_file import TargetRef
+
+log = get_logger("autoscaler.actuator")
+
+
+class DryRunActuator:
+    dry_run = True
+
+    def __init__(self, reader: Actuator) -> None:
+        self.reader = reader
+
+    def read(self, target: TargetRef) -> ScaleState:
+        return self.reader.read(target)
+
+    def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
+        return WriteResult(False, "dry-run", f"would scale from {state.replicas} to {replicas}")
+
+    def owners(self, target: TargetRef) -> list[str]:
+        return self.reader.owners(target)
+
+    def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:
+        log.info(
+            "would-record-event",
+            workload=f"{target.namespace}/{target.name}",
+            type=kind,
+            reason=reason,
+            message=message,
+        )

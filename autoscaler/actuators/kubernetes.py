@@ -1,0 +1,256 @@
+"""The Kubernetes actuator: the official client, the scale subresource, retries that respect the API."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from autoscaler.actuators.base import ActuatorError, ReadFailure, ScaleState, WriteResult
+from autoscaler.logs import get_logger
+from autoscaler.policy_file import TargetRef
+
+log = get_logger("autoscaler.actuator")
+MERGE_PATCH = "application/merge-patch+json"
+RETRIABLE = {429, 500, 502, 503, 504}
+OWNER_CACHE_S = 60.0
+
+
+def api_client(kubeconfig: str | None = None, timeout: float = 10.0) -> client.ApiClient:
+    """In-cluster configuration when running in a Pod, else a kubeconfig (``kubeconfig`` or the default)."""
+    configuration = client.Configuration()
+    try:
+        if kubeconfig is None:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            raise config.ConfigException("kubeconfig given")
+    except config.ConfigException:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    configuration.retries = False
+    api = client.ApiClient(configuration)
+    api.rest_client.pool_manager.connection_pool_kw["timeout"] = urllib3.Timeout(total=timeout)
+    return api
+
+
+class KubernetesActuator:
+    dry_run = False
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        max_attempts: int = 5,
+        request_timeout: float = 10.0,
+    ) -> None:
+        self.apps = client.AppsV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.hpas = client.AutoscalingV2Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.sleep = sleep
+        self.clock = clock
+        self.max_attempts = max_attempts
+        self.timeout = request_timeout
+        self._owners: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        """Call the API, backing off on 429 and 5xx (respecting ``Retry-After``) and on dropped connections."""
+        delay = 0.2
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return fn()
+            except ApiException as exc:
+                if exc.status not in RETRIABLE or attempt == self.max_attempts:
+                    raise
+                wait = _retry_after(exc) or delay
+            except (urllib3.exceptions.HTTPError, ConnectionError, OSError):
+                if attempt == self.max_attempts:
+                    raise
+                wait = delay
+            log.info("api-retry", call=what, attempt=attempt, wait_s=round(wait, 3))
+            self.sleep(min(wait, 5.0) * (1 + 0.1 * random.random()))
+            delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable")
+
+    def read(self, target: TargetRef) -> ScaleState:
+        """The scale subresource (as the HPA reads it), then the object itself for its annotations and
+        ``readyReplicas``; without the object, readiness falls back to the scale's ``status.replicas``."""
+        try:
+            scale = self._call("read-scale", lambda: self._read_scale(target))
+        except ApiException as exc:
+            raise _failure(exc) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ActuatorError(ReadFailure.UNAVAILABLE, str(exc)[:300]) from None
+        replicas = int(scale.spec.replicas if scale.spec and scale.spec.replicas is not None else 0)
+        ready = int(scale.status.replicas or 0) if scale.status else 0
+        annotations: dict[str, str] = {}
+        try:
+            obj = self._call("read", lambda: self._read_object(target))
+            ready = int((obj.status.ready_replicas if obj.status is not None else None) or 0)
+            annotations = dict(obj.metadata.annotations or {})
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning("target-object-unreadable", workload=f"{target.namespace}/{target.name}", detail=_short(exc))
+        return ScaleState(replicas, ready, str(scale.metadata.resource_version), annotations)
+
+    def _read_object(self, target: TargetRef) -> Any:
+        if target.kind == "StatefulSet":
+            return self.apps.read_namespaced_stateful_set(target.name, target.namespace, _request_timeout=self.timeout)
+        return self.apps.read_namespaced_deployment(target.name, target.namespace, _request_timeout=self.timeout)
+
+    def _patch_scale(self, target: TargetRef, body: dict[str, Any]) -> Any:
+        patch = (
+            self.apps.patch_namespaced_stateful_set_scale
+            if target.kind == "StatefulSet"
+            else self.apps.patch_namespaced_deployment_scale
+        )
+        return patch(target.name, target.namespace, body, _content_type=MERGE_PATCH, _request_timeout=self.timeout)
+
+    def _read_scale(self, target: TargetRef) -> Any:
+        read = (
+            self.apps.read_namespaced_stateful_set_scale
+            if target.kind == "StatefulSet"
+            else self.apps.read_namespaced_deployment_scale
+        )
+        return read(target.name, target.namespace, _request_timeout=self.timeout)
+
+    def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
+        """A merge patch of the scale subresource carrying the ``resourceVersion`` read this tick.
+
+        On 409 the scale is read afresh: if its count is still the one this decision started from, the
+        write is retried on the new version; if someone changed the count meanwhile, the write is dropped
+        and the next tick decides again from the new count.
+        """
+        version, attempts = state.resource_version, 0
+        for _ in range(self.max_attempts):
+            attempts += 1
+            body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
+            try:
+                self._call("scale", lambda b=body: self._patch_scale(target, b))  # type: ignore[misc]
+                return WriteResult(True, "applied", attempts=attempts)
+            except ApiException as exc:
+                if exc.status != 409:
+                    return _write_failure(exc, attempts)
+                log.info("scale-conflict", workload=f"{target.namespace}/{target.name}", attempt=attempts)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                return WriteResult(False, "unavailable", str(exc)[:300], attempts)
+            try:
+                fresh = self._call("read-scale", lambda: self._read_scale(target))
+            except ApiException as exc:
+                return _write_failure(exc, attempts)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                return WriteResult(False, "unavailable", str(exc)[:300], attempts)
+            if int(fresh.spec.replicas or 0) != state.replicas:
+                return WriteResult(
+                    False,
+                    "changed-concurrently",
+                    f"spec.replicas changed from {state.replicas} to {fresh.spec.replicas}",
+                    attempts,
+                )
+            version = str(fresh.metadata.resource_version)
+        return WriteResult(False, "conflict", f"still conflicting after {attempts} attempts", attempts)
+
+    def owners(self, target: TargetRef) -> list[str]:
+        found = []
+        for owner in self._namespace_autoscalers(target.namespace):
+            ref = owner.get("ref") or {}
+            kind = ref.get("kind") or "Deployment"
+            if ref.get("name") == target.name and kind == target.kind:
+                found.append(owner["what"])
+        return found
+
+    def _namespace_autoscalers(self, namespace: str) -> list[dict[str, Any]]:
+        cached = self._owners.get(namespace)
+        now = self.clock()
+        if cached is not None and now - cached[0] < OWNER_CACHE_S:
+            return cached[1]
+        owners: list[dict[str, Any]] = []
+        try:
+            hpas = self._call(
+                "list-hpa",
+                lambda: self.hpas.list_namespaced_horizontal_pod_autoscaler(namespace, _request_timeout=self.timeout),
+            )
+            for hpa in hpas.items:
+                ref = hpa.spec.scale_target_ref
+                owners.append(
+                    {
+                        "what": f"HorizontalPodAutoscaler {hpa.metadata.name}",
+                        "ref": {"kind": ref.kind, "name": ref.name},
+                    }
+                )
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning(
+                "owner-check-failed", namespace=namespace, resource="horizontalpodautoscalers", detail=_short(exc)
+            )
+        try:
+            objects = self._call(
+                "list-scaledobjects",
+                lambda: self.custom.list_namespaced_custom_object(
+                    "keda.sh", "v1alpha1", namespace, "scaledobjects", _request_timeout=self.timeout
+                ),
+            )
+            for item in objects.get("items", []):
+                ref = item.get("spec", {}).get("scaleTargetRef", {})
+                owners.append({"what": f"ScaledObject {item['metadata']['name']}", "ref": ref})
+        except ApiException as exc:
+            if exc.status != 404:  # 404: KEDA is not installed
+                log.warning("owner-check-failed", namespace=namespace, resource="scaledobjects", detail=_short(exc))
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning("owner-check-failed", namespace=namespace, resource="scaledobjects", detail=_short(exc))
+        self._owners[namespace] = (now, owners)
+        return owners
+
+    def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:
+        stamp = datetime.now(UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=f"{target.name}.{uuid.uuid4().hex[:16]}", namespace=target.namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=target.api_version, kind=target.kind, name=target.name, namespace=target.namespace
+            ),
+            reason=reason,
+            message=message,
+            type=kind,
+            count=1,
+            first_timestamp=stamp,
+            last_timestamp=stamp,
+            source=client.V1EventSource(component="vllm-autoscaler"),
+            reporting_component="vllm-autoscaler",
+        )
+        try:
+            self.core.create_namespaced_event(target.namespace, body, _request_timeout=self.timeout)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.debug("event-failed", reason=reason, detail=_short(exc))
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _short(exc: Exception) -> str:
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {exc.reason}"
+    return str(exc)[:200]
+
+
+def _failure(exc: ApiException) -> ActuatorError:
+    if exc.status == 404:
+        return ActuatorError(ReadFailure.NOT_FOUND, "the target does not exist")
+    if exc.status in (401, 403):
+        return ActuatorError(ReadFailure.FORBIDDEN, _short(exc))
+    return ActuatorError(ReadFailure.UNAVAILABLE, _short(exc))
+
+
+def _write_failure(exc: ApiException, attempts: int) -> WriteResult:
+    outcome = {404: "not-found", 403: "forbidden", 401: "forbidden"}.get(exc.status or 0, "unavailable")
+    return WriteResult(False, outcome, _short(exc), attempts)

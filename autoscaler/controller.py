@@ -1,0 +1,361 @@
+"""The tick: for each workload read the scale, observe, decide, act, and log one canonical line.
+
+This is the thin loop around ``policies.pipeline.WorkloadDecider``, in the HPA's shape: every safety rule
+that needs the cluster lives here, every decision rule lives in ``policies``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoscaler.actuators.base import PAUSED, PAUSED_REPLICAS, Actuator, ActuatorError, ReadFailure, ScaleState
+from autoscaler.leader import LeaderElector
+from autoscaler.logs import get_logger
+from autoscaler.metrics.source import MetricSource
+from autoscaler.observer import Observer, WorkloadMetrics
+from autoscaler.policy_file import PolicyFile, PolicyFileError, Workload, parse_policy_text
+from autoscaler.telemetry import Telemetry
+from policies.base import Observation
+from policies.pipeline import Decision, Reason, WorkloadDecider
+
+log = get_logger("autoscaler.controller")
+COLD_START_SAMPLES = 20
+COLD_START_MIN_SAMPLES = 3
+READ_WORKERS = 16
+
+
+@dataclass
+class WorkloadRuntime:
+    workload: Workload
+    decider: WorkloadDecider
+    pending_scale_up: tuple[float, int] | None = None
+    cold_starts: deque[float] = field(default_factory=lambda: deque(maxlen=COLD_START_SAMPLES))
+    metrics_failing: bool = False
+    refused_by: tuple[str, ...] = ()
+    missing: bool = False
+
+
+class Controller:
+    def __init__(
+        self,
+        policy_path: str | Path | None,
+        document: PolicyFile,
+        source: MetricSource,
+        actuator: Actuator,
+        telemetry: Telemetry | None = None,
+        clock: Callable[[], float] = time.time,
+        elector: LeaderElector | None = None,
+    ) -> None:
+        self.policy_path = Path(policy_path) if policy_path is not None else None
+        self.source = source
+        self.actuator = actuator
+        self.telemetry = telemetry or Telemetry()
+        self.clock = clock
+        self.elector = elector
+        self.document = document
+        self.observer = Observer(document, source)
+        self.runtime = {w.key: WorkloadRuntime(w, document.decider(w)) for w in document.workloads}
+        self.policy_digest = self._digest(self._read_policy_text()) if self.policy_path else None
+        self.rejected_digest: str | None = None
+        self.last_tick_at: float | None = None
+        self.prometheus_ok = False
+        self.pool = ThreadPoolExecutor(max_workers=READ_WORKERS, thread_name_prefix="read")
+
+    # -- the policy file -----------------------------------------------------------------------------
+
+    @property
+    def interval(self) -> float:
+        return float(self.document.interval)
+
+    @staticmethod
+    def _digest(text: str | None) -> str | None:
+        return None if text is None else hashlib.sha256(text.encode()).hexdigest()
+
+    def _read_policy_text(self) -> str | None:
+        try:
+            return self.policy_path.read_text(encoding="utf-8") if self.policy_path else None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def check_policy(self) -> bool:
+        """Re-read the policy file; swap in a valid new one, keep the last good one otherwise."""
+        if self.policy_path is None:
+            return False
+        text = self._read_policy_text()
+        digest = self._digest(text)
+        if digest is None:
+            if self.rejected_digest != "unreadable":
+                log.error(
+                    "policy-rejected",
+                    path=str(self.policy_path),
+                    problems=["the file cannot be read"],
+                    keeping="last good policy",
+                )
+                self.rejected_digest = "unreadable"
+                self.telemetry.policy_reloads.labels("rejected").inc()
+            return False
+        if digest in (self.policy_digest, self.rejected_digest):
+            return False
+        assert text is not None
+        try:
+            document = parse_policy_text(text, str(self.policy_path))
+            observer = Observer(document, self.source)
+        except (PolicyFileError, ValueError) as exc:
+            problems = exc.problems if isinstance(exc, PolicyFileError) else [str(exc)]
+            self.rejected_digest = digest
+            self.telemetry.policy_reloads.labels("rejected").inc()
+            log.error("policy-rejected", path=str(self.policy_path), problems=problems, keeping="last good policy")
+            message = "invalid policy file, keeping the last good one: " + "; ".join(problems)[:900]
+            for runtime in self.runtime.values():
+                self.actuator.event(runtime.workload.target, "Warning", "InvalidPolicy", message)
+            return False
+        self.apply_document(document, observer)
+        self.policy_digest, self.rejected_digest = digest, None
+        self.telemetry.policy_reloads.labels("applied").inc()
+        return True
+
+    def apply_document(self, document: PolicyFile, observer: Observer | None = None) -> None:
+        """Swap policies atomically; a workload that stays keeps its decision state, a removed one is left
+        at its current count."""
+        runtime: dict[str, WorkloadRuntime] = {}
+        for workload in document.workloads:
+            previous = self.runtime.get(workload.key)
+            decider = document.decider(workload, previous.decider if previous else None)
+            if previous is not None:
+                previous.workload, previous.decider = workload, decider
+                runtime[workload.key] = previous
+            else:
+                runtime[workload.key] = WorkloadRuntime(workload, decider)
+        removed = sorted(set(self.runtime) - set(runtime))
+        self.document, self.runtime = document, runtime
+        self.observer = observer or Observer(document, self.source)
+        log.info("policy-reloaded", workloads=sorted(runtime), removed=removed, interval=document.interval)
+
+    # -- the tick ------------------------------------------------------------------------------------
+
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    def tick(self) -> list[dict[str, Any]]:
+        started = time.monotonic()
+        self.check_policy()
+        now = self.clock()
+        runtimes = list(self.runtime.values())
+        states = list(self.pool.map(self._read, runtimes))
+        observed = self.observer.collect(now)
+        lines = []
+        for runtime, state in zip(runtimes, states, strict=True):
+            metrics = observed.get(runtime.workload.key, WorkloadMetrics({}))
+            lines.append(self._workload_tick(runtime, state, metrics, now))
+        self.prometheus_ok = any(not m.all_failed for m in observed.values()) or not observed
+        self.last_tick_at = now
+        self.telemetry.tick_duration.observe(time.monotonic() - started)
+        self.telemetry.leader.set(1 if self.leading() else 0)
+        return lines
+
+    def _read(self, runtime: WorkloadRuntime) -> ScaleState | ActuatorError:
+        try:
+            return self.actuator.read(runtime.workload.target)
+        except ActuatorError as exc:
+            return exc
+
+    def _workload_tick(
+        self, runtime: WorkloadRuntime, state: ScaleState | ActuatorError, metrics: WorkloadMetrics, now: float
+    ) -> dict[str, Any]:
+        workload = runtime.workload
+        key, target = workload.key, workload.target
+        line: dict[str, Any] = {
+            "workload": key,
+            "dry_run": self.actuator.dry_run,
+            "leader": self.leading(),
+            "metrics": metrics.values,
+            "applied": False,
+        }
+        for name, result in metrics.failures.items():
+            line.setdefault("metric_failures", {})[name] = f"{result.failure}: {result.detail}"
+            self.telemetry.query_errors.labels(key, name, str(result.failure)).inc()
+        for name, value in metrics.values.items():
+            if value is not None:
+                self.telemetry.metric_value.labels(key, name).set(value)
+        self.telemetry.query_latency.observe(metrics.latency_s)
+
+        if isinstance(state, ActuatorError):
+            line.update(reason=f"target-{state.failure}", detail=state.detail)
+            if state.failure == ReadFailure.NOT_FOUND and not runtime.missing:
+                runtime.missing = True
+            return self._log(line, "warning")
+        if runtime.missing:
+            runtime.missing = False
+            log.info("target-found", workload=key)
+        line.update(current=state.replicas, ready=state.ready)
+        self.telemetry.current.labels(key).set(state.replicas)
+        self.telemetry.ready.labels(key).set(state.ready)
+        self._track_cold_start(runtime, state, now)
+
+        owners = self.actuator.owners(target)
+        if owners:
+            if tuple(owners) != runtime.refused_by:
+                runtime.refused_by = tuple(owners)
+                self.actuator.event(
+                    target,
+                    "Warning",
+                    "ForeignAutoscaler",
+                    f"not scaling: already targeted by {', '.join(owners)}; remove it first",
+                )
+            line.update(reason="foreign-autoscaler", owners=owners)
+            self.telemetry.decisions.labels(key, "foreign-autoscaler").inc()
+            return self._log(line, "warning")
+        runtime.refused_by = ()
+
+        paused = state.annotations.get(PAUSED, "").strip().lower() == "true"
+        paused_replicas = state.annotations.get(PAUSED_REPLICAS)
+        if paused_replicas is not None:
+            try:
+                hold = int(paused_replicas)
+            except ValueError:
+                line.update(reason="paused", detail=f"ignoring {PAUSED_REPLICAS}={paused_replicas!r}")
+                return self._log(line)
+            desired = min(max(hold, workload.min_replicas), workload.max_replicas)
+            decision = Decision(now, state.replicas, desired, desired, "paused")
+            return self._act(runtime, state, decision, line)
+        if paused:
+            line.update(reason="paused")
+            self.telemetry.decisions.labels(key, "paused").inc()
+            return self._log(line)
+
+        observation = Observation(now, state.replicas, metrics.values, state.ready)
+        decision = runtime.decider.decide(observation)
+        self._metrics_events(runtime, decision, metrics)
+        return self._act(runtime, state, decision, line)
+
+    def _act(
+        self, runtime: WorkloadRuntime, state: ScaleState, decision: Decision, line: dict[str, Any]
+    ) -> dict[str, Any]:
+        workload = runtime.workload
+        key = workload.key
+        desired = decision.desired
+        if desired != state.replicas and not (workload.min_replicas <= desired <= workload.max_replicas):
+            # Defence in depth: the decision pipeline already bounds every count it proposes.
+            desired = min(max(desired, workload.min_replicas), workload.max_replicas)
+        line.update(
+            recommended=decision.recommended,
+            desired=desired,
+            reason=decision.reason,
+            stabilized=decision.details.get("stabilized"),
+        )
+        if decision.details.get("policy"):
+            line["policy"] = decision.details["policy"]
+        self.telemetry.desired.labels(key).set(desired)
+        self.telemetry.recommended.labels(key).set(decision.recommended)
+        self.telemetry.decisions.labels(key, decision.reason).inc()
+        if desired == state.replicas:
+            return self._log(line)
+        if not self.leading():
+            line["write"] = "not-leader"
+            return self._log(line)
+        if self.actuator.dry_run:
+            line["write"] = "dry-run"
+            return self._log(line, event="would-scale")
+        result = self.actuator.scale(workload.target, state, desired)
+        line.update(write=result.outcome, attempts=result.attempts)
+        self.telemetry.scale_writes.labels(key, result.outcome).inc()
+        if result.applied:
+            line["applied"] = True
+            runtime.decider.applied(
+                Decision(decision.now, state.replicas, decision.recommended, desired, decision.reason, decision.details)
+            )
+            if desired > state.replicas:
+                runtime.pending_scale_up = (self.clock(), desired)
+            else:
+                runtime.pending_scale_up = None
+            self.actuator.event(
+                workload.target,
+                "Normal",
+                "SuccessfulRescale",
+                f"New size: {desired}; reason: {decision.reason} (from {state.replicas})",
+            )
+            return self._log(line)
+        line["detail"] = result.detail
+        if result.outcome != "changed-concurrently":
+            self.actuator.event(
+                workload.target,
+                "Warning",
+                "FailedRescale",
+                f"New size: {desired}; reason: {decision.reason}; error: {result.outcome} {result.detail}",
+            )
+        return self._log(line, "warning")
+
+    def _metrics_events(self, runtime: WorkloadRuntime, decision: Decision, metrics: WorkloadMetrics) -> None:
+        failing = decision.reason in (Reason.METRICS_UNAVAILABLE, Reason.FALLBACK)
+        if failing and not runtime.metrics_failing:
+            reasons = ", ".join(f"{name}: {r.failure}" for name, r in metrics.failures.items())
+            self.actuator.event(
+                runtime.workload.target,
+                "Warning",
+                "FailedGetMetrics",
+                f"holding at {decision.current}: no usable value for {reasons or 'the metrics'}",
+            )
+        runtime.metrics_failing = failing
+
+    def _track_cold_start(self, runtime: WorkloadRuntime, state: ScaleState, now: float) -> None:
+        """From a scale-up write to ``readyReplicas`` reaching the new count, measured at tick resolution."""
+        pending = runtime.pending_scale_up
+        if pending is None:
+            return
+        written_at, count = pending
+        if state.replicas < count:
+            runtime.pending_scale_up = None  # scaled down (or by hand) before the new replicas were ready
+            return
+        if state.ready < count:
+            return
+        seconds = max(now - written_at, 0.0)
+        runtime.pending_scale_up = None
+        runtime.cold_starts.append(seconds)
+        self.telemetry.cold_start.labels(runtime.workload.key).observe(seconds)
+        p90 = None
+        if len(runtime.cold_starts) >= COLD_START_MIN_SAMPLES:
+            p90 = float(np.percentile(np.asarray(runtime.cold_starts), 90))
+            if runtime.workload.cold_start_seconds == "auto":
+                runtime.decider.set_cold_start(p90)
+        log.info(
+            "cold-start-measured",
+            workload=runtime.workload.key,
+            seconds=round(seconds, 1),
+            replicas=count,
+            p90_s=None if p90 is None else round(p90, 1),
+        )
+
+    def _log(self, line: dict[str, Any], level: str = "info", event: str = "decision") -> dict[str, Any]:
+        fields = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in line.items()}
+        getattr(log, level)(event, **fields)
+        return line
+
+    # -- health --------------------------------------------------------------------------------------
+
+    def healthy(self) -> tuple[bool, str]:
+        if self.last_tick_at is None:
+            return True, "starting"
+        age = self.clock() - self.last_tick_at
+        if age > 3 * self.interval + 30:
+            return False, f"the loop has not ticked for {age:.0f} s"
+        return True, f"last tick {age:.0f} s ago"
+
+    def ready(self) -> tuple[bool, str]:
+        if self.last_tick_at is None:
+            return False, "no tick yet"
+        if not self.prometheus_ok:
+            return False, "Prometheus gave no usable value at the last tick"
+        return True, f"policy loaded ({len(self.runtime)} workloads), Prometheus reachable"
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)

@@ -1,0 +1,138 @@
+"""``vllm-autoscaler run``: the controller daemon on APScheduler, until SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from autoscaler.actuators.base import Actuator
+from autoscaler.actuators.dryrun import DryRunActuator
+from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
+from autoscaler.controller import Controller
+from autoscaler.leader import LeaderElector
+from autoscaler.logs import get_logger
+from autoscaler.metrics.prometheus import PrometheusSource
+from autoscaler.policy_file import PolicyFile
+from autoscaler.server import HealthServer
+from autoscaler.settings import Settings
+from autoscaler.telemetry import Telemetry
+
+log = get_logger("autoscaler.daemon")
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def own_namespace(settings: Settings) -> str:
+    if settings.lease_namespace:
+        return settings.lease_namespace
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    except OSError:
+        return "default"
+
+
+def leader_election_wanted(settings: Settings, once: bool, dry_run: bool) -> bool:
+    """Off in ``--once`` and dry-run; otherwise as set, or on by default inside a cluster (where the
+    shipped Deployment runs two replicas)."""
+    if once or dry_run:
+        return False
+    if settings.leader_elect is not None:
+        return settings.leader_elect
+    return "KUBERNETES_SERVICE_HOST" in os.environ
+
+
+def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once: bool) -> int:
+    api = api_client(settings.kubeconfig)
+    actuator: Actuator = KubernetesActuator(api)
+    if settings.dry_run:
+        actuator = DryRunActuator(actuator)
+    elector = None
+    if leader_election_wanted(settings, once, settings.dry_run):
+        identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
+        elector = LeaderElector(
+            api,
+            own_namespace(settings),
+            settings.lease_name,
+            identity,
+            settings.lease_duration_s,
+            settings.renew_deadline_s,
+            settings.retry_period_s,
+        )
+    telemetry = Telemetry()
+    source = PrometheusSource(settings.prometheus(document))
+    controller = Controller(config_path, document, source, actuator, telemetry, time.time, elector)
+    log.info(
+        "starting",
+        config=config_path,
+        workloads=sorted(controller.runtime),
+        dry_run=settings.dry_run,
+        once=once,
+        leader_election=elector is not None,
+        prometheus=source.config.url,
+    )
+    if once:
+        controller.tick()
+        controller.close()
+        return 0
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = HealthServer(
+        settings.bind_address, settings.metrics_port, telemetry.registry, controller.healthy, controller.ready
+    )
+    server.start()
+    scheduler = BackgroundScheduler(timezone=UTC)
+    if elector is not None:
+        scheduler.add_job(
+            elector.try_acquire_or_renew,
+            "interval",
+            seconds=settings.retry_period_s,
+            id="leader-election",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(UTC),
+        )
+
+    def tick() -> None:
+        try:
+            controller.tick()
+        except Exception:  # one bad tick must not kill the loop
+            log.exception("tick-failed")
+        job = scheduler.get_job("tick")
+        if job is not None and job.trigger.interval.total_seconds() != controller.interval:
+            scheduler.reschedule_job("tick", trigger="interval", seconds=controller.interval)
+
+    scheduler.add_job(
+        tick,
+        "interval",
+        seconds=controller.interval,
+        id="tick",
+        max_instances=1,
+        coalesce=True,
+        next_run_time=datetime.now(UTC),
+        misfire_grace_time=None,
+    )
+    scheduler.start()
+    stop.wait()
+    scheduler.shutdown(wait=True)
+    if elector is not None:
+        elector.release()
+    server.stop()
+    controller.close()
+    log.info("stopped")
+    return 0

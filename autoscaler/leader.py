@@ -1,0 +1,126 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, with an injected clock.
+
+As in client-go, another holder's lease counts as expired only when its record has not changed for
+``lease_duration`` seconds on *this* process's clock, so clocks need not agree. A leader writes only while
+its last successful renewal is younger than ``renew_deadline`` (shorter than ``lease_duration``): a leader
+that cannot renew stops writing before any other replica can see the lease as expired and take it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from autoscaler.logs import get_logger
+
+log = get_logger("autoscaler.leader")
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not retry_period < renew_deadline < lease_duration:
+            raise ValueError("leader election needs retry period < renew deadline < lease duration")
+        self.leases = client.CoordinationV1Api(api)
+        self.namespace, self.name, self.identity = namespace, name, identity
+        self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
+        self.clock = clock
+        self.observed: tuple[str | None, str | None, int | None] | None = None
+        self.observed_at = 0.0
+        self.renewed_at: float | None = None
+        self.transitions = 0
+
+    def is_leader(self) -> bool:
+        return self.renewed_at is not None and self.clock() - self.renewed_at < self.renew_deadline
+
+    def _spec(
+        self, acquire: datetime, transitions: int, holder: str | None = None, duration: int | None = None
+    ) -> client.V1LeaseSpec:
+        return client.V1LeaseSpec(
+            holder_identity=self.identity if holder is None else holder,
+            lease_duration_seconds=duration or math.ceil(self.lease_duration),
+            acquire_time=acquire,
+            renew_time=datetime.now(UTC),
+            lease_transitions=transitions,
+        )
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round: create, renew or take over the lease. Returns whether this process leads now."""
+        now = self.clock()
+        was_leader = self.is_leader()
+        try:
+            lease = self.leases.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                return self._lost(was_leader, f"read failed: {exc.status} {exc.reason}")
+            body = client.V1Lease(
+                metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+                spec=self._spec(datetime.now(UTC), 0),
+            )
+            try:
+                self.leases.create_namespaced_lease(self.namespace, body)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as create_exc:
+                return self._lost(was_leader, f"create failed: {create_exc}")
+            return self._won(now, was_leader, 0)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return self._lost(was_leader, f"read failed: {exc}")
+        spec = lease.spec or client.V1LeaseSpec()
+        record = (spec.holder_identity, str(spec.renew_time), spec.lease_transitions)
+        if record != self.observed:
+            self.observed, self.observed_at = record, now
+        holder = spec.holder_identity
+        duration = float(spec.lease_duration_seconds or self.lease_duration)
+        if holder and holder != self.identity and now - self.observed_at < duration:
+            return self._lost(was_leader, f"held by {holder}")
+        transitions = int(spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
+        acquire = spec.acquire_time if holder == self.identity and spec.acquire_time else datetime.now(UTC)
+        lease.spec = self._spec(acquire, transitions)
+        try:
+            self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            detail = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)[:200]
+            return self._lost(was_leader, f"update failed: {detail}")
+        return self._won(now, was_leader, transitions)
+
+    def _won(self, now: float, was_leader: bool, transitions: int) -> bool:
+        self.renewed_at = now
+        self.observed = None
+        self.transitions = transitions
+        if not was_leader:
+            log.info("leader-acquired", lease=f"{self.namespace}/{self.name}", identity=self.identity)
+        return True
+
+    def _lost(self, was_leader: bool, why: str) -> bool:
+        if was_leader and not self.is_leader():
+            log.warning("leader-lost", lease=f"{self.namespace}/{self.name}", identity=self.identity, detail=why)
+        return self.is_leader()
+
+    def release(self) -> None:
+        """Give the lease up (on SIGTERM) so that another replica takes over at once."""
+        if not self.is_leader():
+            return
+        self.renewed_at = None
+        try:
+            lease = self.leases.read_namespaced_lease(self.name, self.namespace)
+            if lease.spec is None or lease.spec.holder_identity != self.identity:
+                return
+            lease.spec = self._spec(datetime.now(UTC), int(lease.spec.lease_transitions or 0), holder="", duration=1)
+            self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
+            log.info("leader-released", lease=f"{self.namespace}/{self.name}", identity=self.identity)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning("leader-release-failed", detail=str(exc)[:200])

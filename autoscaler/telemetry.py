@@ -1,0 +1,68 @@
+"""The daemon's own Prometheus metrics (prometheus-client), on a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        labels = ["workload"]
+        self.desired = Gauge(
+            "vllm_autoscaler_desired_replicas", "Replica count decided at the last tick", labels, registry=r
+        )
+        self.current = Gauge(
+            "vllm_autoscaler_current_replicas", "spec.replicas read at the last tick", labels, registry=r
+        )
+        self.ready = Gauge("vllm_autoscaler_ready_replicas", "readyReplicas read at the last tick", labels, registry=r)
+        self.recommended = Gauge(
+            "vllm_autoscaler_recommended_replicas",
+            "The policy's raw recommendation before behavior",
+            labels,
+            registry=r,
+        )
+        self.metric_value = Gauge(
+            "vllm_autoscaler_metric_value",
+            "Each workload metric's value at the last tick",
+            ["workload", "metric"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "vllm_autoscaler_decisions_total", "Decisions by reason", ["workload", "reason"], registry=r
+        )
+        self.scale_writes = Counter(
+            "vllm_autoscaler_scale_writes_total", "Scale writes by outcome", ["workload", "outcome"], registry=r
+        )
+        self.query_errors = Counter(
+            "vllm_autoscaler_metric_query_errors_total",
+            "Metric queries without a value",
+            ["workload", "metric", "reason"],
+            registry=r,
+        )
+        self.query_latency = Histogram(
+            "vllm_autoscaler_metric_query_seconds",
+            "Prometheus query latency",
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.tick_duration = Histogram(
+            "vllm_autoscaler_tick_seconds",
+            "Duration of one tick over every workload",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.leader = Gauge(
+            "vllm_autoscaler_leader", "1 while this replica holds the lease (or needs none)", registry=r
+        )
+        self.cold_start = Histogram(
+            "vllm_autoscaler_cold_start_seconds",
+            "From a scale-up write to readyReplicas reaching the new count",
+            labels,
+            registry=r,
+            buckets=(15, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800),
+        )
+        self.policy_reloads = Counter(
+            "vllm_autoscaler_policy_reloads_total", "Policy file reloads by result", ["result"], registry=r
+        )
