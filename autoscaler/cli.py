@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autoscaler import __version__
@@ -226,6 +227,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_daemon(args.config, document, settings, args.once)
 
 
+def cmd_import_keda(args: argparse.Namespace) -> int:
+    from autoscaler.keda_import import KedaImportError, convert_text, merge
+    from autoscaler.policy_file import PolicyFileError
+
+    try:
+        text = sys.stdin.read() if args.scaledobject == "-" else Path(args.scaledobject).read_text(encoding="utf-8")
+        conversion = merge(convert_text(text))
+    except (OSError, UnicodeDecodeError) as exc:
+        _error(f"{args.scaledobject}: cannot read: {exc}")
+        return EXIT_BAD_INPUT
+    except (KedaImportError, PolicyFileError) as exc:
+        _error(f"{args.scaledobject}: {exc}")
+        return EXIT_BAD_INPUT
+    for warning in conversion.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(conversion.yaml(), end="")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vllm-autoscaler",
@@ -281,12 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lengths-from", metavar="FILE", help="draw a rate file's request lengths from this trace")
     p.set_defaults(func=cmd_simulate)
 
-    for register in EXTRA_COMMANDS:
-        register(sub)
+    p = sub.add_parser("import-keda", help="print the policy file equivalent to a KEDA ScaledObject")
+    p.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml", help="a file, or - for standard input")
+    p.set_defaults(func=cmd_import_keda)
+
     return parser
-
-
-EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

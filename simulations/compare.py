@@ -90,11 +90,20 @@ def keda_contender(document: PolicyFile, workload: Workload, model: ReplicaModel
     raw.update(
         # The queries are the triggers' own; the simulator evaluates them itself (keda_signals).
         metrics=[
-            {"name": "waiting", "target": {"type": "AverageValue", "value": 2.0},
-             "query": ('sum(vllm:num_requests_waiting{app="vllm"}) / count(vllm:num_requests_waiting{app="vllm"})'
-                       if average else 'sum(vllm:num_requests_waiting{app="vllm"})')},
-            {"name": "kv", "target": {"type": "AverageValue" if average else "Value", "value": 0.85},
-             "query": 'max(vllm:gpu_cache_usage_perc{app="vllm"})'},
+            {
+                "name": "waiting",
+                "target": {"type": "AverageValue", "value": 2.0},
+                "query": (
+                    'sum(vllm:num_requests_waiting{app="vllm"}) / count(vllm:num_requests_waiting{app="vllm"})'
+                    if average
+                    else 'sum(vllm:num_requests_waiting{app="vllm"})'
+                ),
+            },
+            {
+                "name": "kv",
+                "target": {"type": "AverageValue" if average else "Value", "value": 0.85},
+                "query": 'max(vllm:gpu_cache_usage_perc{app="vllm"})',
+            },
         ],
         policy={"type": "threshold", "tolerance": 0.1},
         behavior=ARTICLE_BEHAVIOR,
