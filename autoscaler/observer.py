@@ -1,13 +1,20 @@
-"""One tick's observations for every workload: each distinct query sent once, however many share it."""
+"""One tick's observations for every workload, with as few Prometheus requests as possible.
+
+A metric with its own ``query`` is sent as is, each distinct query once however many workloads share it.
+A built-in metric without one is batched: one query per metric name covers every workload, grouped by
+namespace and pod, and each workload takes its own pods from the result exactly as its default query would
+select and aggregate them (``metrics.queries.default_query``). So a tick over a thousand workloads costs a
+handful of requests.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.queries import metric_queries
-from autoscaler.metrics.source import MetricSource, QueryResult
-from autoscaler.policy_file import PolicyFile
+from autoscaler.metrics.queries import aggregate, batch_key, batched_query, metric_queries, pod_pattern
+from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
+from autoscaler.policy_file import PolicyFile, Workload
 
 log = get_logger("autoscaler.observer")
 
@@ -26,30 +33,72 @@ class WorkloadMetrics:
 class Observer:
     def __init__(self, document: PolicyFile, source: MetricSource) -> None:
         self.source = source
-        self.queries = {w.key: metric_queries(w) for w in document.workloads}
+        self.workloads = {w.key: w for w in document.workloads}
+        self.queries = {w.key: metric_queries(w) for w in document.workloads}  # also validates every metric
+        self.custom = {w.key: {m.name: m.query for m in w.metrics if m.query} for w in document.workloads}
+        self.batched = {w.key: [m.name for m in w.metrics if not m.query] for w in document.workloads}
+        namespaces: dict[str, list[str]] = {}
+        for workload in document.workloads:
+            for name in self.batched[workload.key]:
+                namespaces.setdefault(batch_key(name), []).append(workload.target.namespace)
+        self.batches = {key: batched_query(key, spaces) for key, spaces in namespaces.items()}
+        self.patterns = {w.key: pod_pattern(w) for w in document.workloads}
 
-    def distinct_queries(self) -> list[str]:
-        return list(dict.fromkeys(q for per in self.queries.values() for q in per.values()))
+    def requests_per_tick(self) -> int:
+        return len(self.batches) + len({q for per in self.custom.values() for q in per.values() if q})
 
     def collect(self, now: float) -> dict[str, WorkloadMetrics]:
-        results = self.source.query(self.distinct_queries(), now)
+        custom = self.source.query(
+            list(dict.fromkeys(q for per in self.custom.values() for q in per.values() if q)), now
+        )
+        vectors = {key: self.source.query_vector(query, now) for key, query in self.batches.items()}
+        by_pod = {key: self._index(vector) for key, vector in vectors.items()}
         observed: dict[str, WorkloadMetrics] = {}
-        for key, per_metric in self.queries.items():
+        for key, workload in self.workloads.items():
             values: dict[str, float | None] = {}
             failures: dict[str, QueryResult] = {}
-            for name, query in per_metric.items():
-                result = results[query]
-                values[name] = result.value
+            latency = 0.0
+            for metric in workload.metrics:
+                if metric.query:
+                    result = custom[metric.query]
+                else:
+                    batch = batch_key(metric.name)
+                    result = self._from_batch(workload, metric.name, vectors[batch], by_pod[batch])
+                values[metric.name] = result.value
+                latency = max(latency, result.latency_s)
                 if not result.ok:
-                    failures[name] = result
+                    failures[metric.name] = result
                     log.warning(
                         "metric-unavailable",
                         workload=key,
-                        metric=name,
+                        metric=metric.name,
                         reason=str(result.failure),
                         detail=result.detail,
-                        query=query,
+                        query=self.queries[key][metric.name],
                     )
-            latency = max((results[q].latency_s for q in per_metric.values()), default=0.0)
             observed[key] = WorkloadMetrics(values, failures, latency)
         return observed
+
+    @staticmethod
+    def _index(vector: VectorResult) -> dict[str, list[tuple[dict[str, str], float]]]:
+        index: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for sample in vector.samples:
+            index.setdefault(sample.labels.get("namespace", ""), []).append((sample.labels, sample.value))
+        return index
+
+    def _from_batch(
+        self, workload: Workload, name: str, vector: VectorResult, index: dict[str, list[tuple[dict[str, str], float]]]
+    ) -> QueryResult:
+        if vector.failure is not None:
+            return QueryResult(None, vector.failure, vector.detail, latency_s=vector.latency_s)
+        pattern = self.patterns[workload.key]
+        mine = [
+            (labels, value)
+            for labels, value in index.get(workload.target.namespace, [])
+            if pattern.fullmatch(labels.get("pod", ""))
+        ]
+        value = aggregate(name, mine)
+        if value is None:
+            detail = "no series for the workload's pods" if not mine else "the histogram has no observations"
+            return QueryResult(None, Failure.EMPTY, detail, latency_s=vector.latency_s)
+        return QueryResult(value, None, "", latency_s=vector.latency_s)

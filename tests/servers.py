@@ -49,7 +49,7 @@ class VllmExporter:
     """Serves ``/metrics`` in the Prometheus text format from series the test sets."""
 
     def __init__(self) -> None:
-        self.series: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.series: dict[tuple[str, tuple[tuple[str, str], ...]], float | Callable[[], float]] = {}
         self.lock = threading.Lock()
         exporter = self
 
@@ -70,7 +70,8 @@ class VllmExporter:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def set(self, metric: str, value: float, **labels: str) -> None:
+    def set(self, metric: str, value: float | Callable[[], float], **labels: str) -> None:
+        """A value, or a function of time (for counters that grow)."""
         with self.lock:
             self.series[(metric, tuple(sorted(labels.items())))] = value
 
@@ -113,7 +114,8 @@ class VllmExporter:
         lines = []
         for (metric, labels), value in items:
             text = ",".join(f'{k}="{v}"' for k, v in labels)
-            lines.append(f"{metric}{{{text}}} {value!r}")
+            number = value() if callable(value) else value
+            lines.append(f"{metric}{{{text}}} {number!r}")
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:

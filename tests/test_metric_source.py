@@ -145,3 +145,62 @@ def test_a_metric_without_query_or_default_is_a_validation_error() -> None:
         workload_doc(metrics=[{"name": "queue_depth", "query": "sum(x)", "target": {"value": 1}}])
     ).workloads[0]
     assert metric_queries(workload) == {"queue_depth": "sum(x)"}
+
+
+@pytest.mark.parametrize(
+    ("buckets", "expected"),
+    [
+        ({0.1: 2.0, 0.5: 6.0, 1.0: 9.0, float("inf"): 10.0}, 1.0),  # rank 9 ends exactly at the 1.0 bucket
+        ({0.1: 0.0, 0.5: 10.0, float("inf"): 10.0}, 0.1 + 0.4 * 0.9),  # linear inside the bucket
+        ({0.5: 5.0, float("inf"): 10.0}, 0.5),  # in +Inf: the highest finite bound
+        ({0.5: 0.0, float("inf"): 0.0}, None),  # no observations
+        ({0.5: 1.0}, None),  # no +Inf bucket
+    ],
+)
+def test_histogram_quantile_follows_prometheus(buckets: dict[float, float], expected: float | None) -> None:
+    from autoscaler.metrics.queries import histogram_quantile
+
+    result = histogram_quantile(0.9, buckets)
+    assert result == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_workloads_share_one_batched_request_per_metric() -> None:
+    from autoscaler.metrics.source import Sample, VectorResult
+    from autoscaler.observer import Observer
+
+    workloads = [
+        {
+            "target": {"namespace": f"ns{i % 3}", "name": f"app{i}"},
+            "maxReplicas": 4,
+            "metrics": [
+                {"name": "num_requests_waiting", "target": {"value": 1}},
+                {"name": "gpu_cache_usage_perc", "target": {"type": "Value", "value": 0.8}},
+            ],
+        }
+        for i in range(50)
+    ]
+    document = parse_policy_document({"workloads": workloads})
+
+    class Source:
+        sent: list[str] = []
+
+        def query(self, queries: object, now: float) -> dict[str, object]:
+            return {}
+
+        def query_vector(self, query: str, now: float) -> VectorResult:
+            self.sent.append(query)
+            value = 3.0 if "waiting" in query else 0.5
+            return VectorResult(
+                [
+                    Sample({"namespace": f"ns{i % 3}", "pod": f"app{i}-5f7c9d8b6-x{j}k2z"}, value)
+                    for i in range(50)
+                    for j in range(2)
+                ]
+            )
+
+    source = Source()
+    observed = Observer(document, source).collect(0.0)  # type: ignore[arg-type]
+    assert len(source.sent) == 2
+    assert observed["ns1/app1"].values == {"num_requests_waiting": 6.0, "gpu_cache_usage_perc": 0.5}
+    # app1's selector must not take app10..app19's pods.
+    assert all(m.values["num_requests_waiting"] == 6.0 for m in observed.values())

@@ -16,7 +16,7 @@ from urllib3 import exceptions as urllib3_errors
 from urllib3.util.retry import Retry
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.source import Failure, QueryResult, RangeSeries
+from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, Sample, VectorResult
 from autoscaler.policy_file import PrometheusConfig
 
 log = get_logger("autoscaler.metrics")
@@ -98,6 +98,29 @@ class PrometheusSource:
         if now - stamp > self.config.staleness_seconds:
             return QueryResult(None, Failure.STALE, f"sample is {now - stamp:.0f} s old", stamp, latency)
         return QueryResult(value, None, "", stamp, latency)
+
+    def query_vector(self, query: str, now: float) -> VectorResult:
+        started = time.monotonic()
+        try:
+            self._refresh_headers()
+            self.requests_sent += 1
+            data: Any = self.client.custom_query(query, params={"time": f"{now:.3f}"})
+        except Exception as exc:  # a failed batch is "no value" for every workload in it
+            failure, detail = self._failure(exc)
+            return VectorResult([], failure, detail, time.monotonic() - started)
+        latency = time.monotonic() - started
+        if not isinstance(data, list):
+            return VectorResult([], Failure.BAD_RESPONSE, f"unexpected result {str(data)[:200]}", latency)
+        samples = []
+        for item in data:
+            try:
+                stamp, text = item["value"]
+                value = float(text)
+            except (KeyError, TypeError, ValueError):
+                continue
+            if math.isfinite(value) and now - float(stamp) <= self.config.staleness_seconds:
+                samples.append(Sample(dict(item.get("metric", {})), value))
+        return VectorResult(samples, None, "", latency)
 
     def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
         return {q: self.query_one(q, now) for q in dict.fromkeys(queries)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from autoscaler.policy_file import BUILTIN_METRIC_NAMES, Workload
@@ -78,3 +79,76 @@ def replicas_query(workload: Workload) -> str:
         f"max({metric}{{namespace={promql_string(workload.target.namespace)},"
         f"{kind}={promql_string(workload.target.name)}}})"
     )
+
+
+# -- batched queries: one request per built-in metric, whatever the number of workloads -------------------
+
+
+def pod_pattern(workload: Workload) -> re.Pattern[str]:
+    """The same pods as ``pod_selector``, matched client-side (PromQL regexes are fully anchored)."""
+    name = re.escape(workload.target.name)
+    suffix = "-[0-9]+" if workload.target.kind == "StatefulSet" else "-[a-z0-9]+-[a-z0-9]+"
+    return re.compile(f"{name}{suffix}")
+
+
+def batched_query(name: str, namespaces: list[str]) -> str:
+    """One query for metric ``name`` over every pod of ``namespaces``, by namespace and pod."""
+    selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
+    if name == "num_requests_waiting":
+        return f"sum by (namespace, pod) (vllm:num_requests_waiting{{{selector}}})"
+    if name == "num_requests_running":
+        return f"sum by (namespace, pod) (vllm:num_requests_running{{{selector}}})"
+    if name in KV_CACHE_NAMES:
+        return (
+            f"max by (namespace, pod) (vllm:kv_cache_usage_perc{{{selector}}}) "
+            f"or max by (namespace, pod) (vllm:gpu_cache_usage_perc{{{selector}}})"
+        )
+    if name == "time_to_first_token_p90_seconds":
+        return f"sum by (namespace, pod, le) (rate(vllm:time_to_first_token_seconds_bucket{{{selector}}}[1m]))"
+    if name == "prompt_tokens_per_second":
+        return f"sum by (namespace, pod) (rate(vllm:prompt_tokens_total{{{selector}}}[1m]))"
+    if name == "generation_tokens_per_second":
+        return f"sum by (namespace, pod) (rate(vllm:generation_tokens_total{{{selector}}}[1m]))"
+    raise ValueError(f"no batched query for {name!r}")
+
+
+def batch_key(name: str) -> str:
+    """Aliases share one batch."""
+    return "kv_cache_usage_perc" if name in KV_CACHE_NAMES else name
+
+
+def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """Prometheus's ``histogram_quantile`` over cumulative bucket counts keyed by upper bound."""
+    if not buckets or math.inf not in buckets:
+        return None
+    bounds = sorted(buckets)
+    counts = [buckets[b] for b in bounds]
+    total = counts[-1]
+    if total <= 0:
+        return None
+    rank = q * total
+    index = next(i for i, c in enumerate(counts) if c >= rank)
+    if bounds[index] == math.inf:
+        return bounds[-2] if len(bounds) > 1 else None
+    lower = bounds[index - 1] if index > 0 else 0.0
+    below = counts[index - 1] if index > 0 else 0.0
+    in_bucket = counts[index] - below
+    if in_bucket <= 0:
+        return bounds[index]
+    return lower + (bounds[index] - lower) * (rank - below) / in_bucket
+
+
+def aggregate(name: str, values: list[tuple[dict[str, str], float]]) -> float | None:
+    """Combine one workload's per-pod series as its default query would: sum, max, or a quantile."""
+    if not values:
+        return None
+    if batch_key(name) == "kv_cache_usage_perc":
+        return max(v for _, v in values)
+    if name == "time_to_first_token_p90_seconds":
+        buckets: dict[float, float] = {}
+        for labels, value in values:
+            bound = float(labels.get("le", "nan"))
+            if not math.isnan(bound):
+                buckets[bound] = buckets.get(bound, 0.0) + value
+        return histogram_quantile(0.9, buckets)
+    return sum(v for _, v in values)

@@ -35,6 +35,22 @@ class QueryResult:
 
 
 @dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class VectorResult:
+    """Every series an instant query returned (for batched queries), or why there are none."""
+
+    samples: list[Sample]
+    failure: Failure | None = None
+    detail: str = ""
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class RangeSeries:
     """One range query's samples, ``(unix seconds, value)``, or why there are none."""
 
@@ -46,6 +62,10 @@ class RangeSeries:
 class MetricSource(Protocol):
     def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
         """Evaluate every query once, at ``now``."""
+        ...
+
+    def query_vector(self, query: str, now: float) -> VectorResult:
+        """Evaluate one query at ``now`` and return every series (for queries batched across workloads)."""
         ...
 
     def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries: ...

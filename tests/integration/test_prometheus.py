@@ -200,3 +200,75 @@ def test_record_fails_with_exit_1_when_prometheus_is_down(tmp_path: Path) -> Non
         )
         == 1
     )
+
+
+def test_batched_queries_equal_each_workloads_default_query(
+    exporter: VllmExporter, prometheus: PrometheusServer
+) -> None:
+    """One request per metric for every workload, and the same values as the per-workload default queries."""
+    from autoscaler.metrics.queries import default_query
+
+    started = time.time()
+    names = [
+        "num_requests_waiting",
+        "num_requests_running",
+        "kv_cache_usage_perc",
+        "time_to_first_token_p90_seconds",
+        "prompt_tokens_per_second",
+        "generation_tokens_per_second",
+    ]
+    workloads = []
+    targets = [(NS, NAME), (NS, "vllm-8b"), ("batch", "vllm-8b")]
+    for w, (namespace, name) in enumerate(targets):
+        for p in range(2):
+            labels = {"namespace": namespace, "pod": f"{name}-6c8d9f7b4-p{p}q{w}", "model_name": "m"}
+            exporter.set("vllm:num_requests_waiting", w + p, **labels)
+            exporter.set("vllm:num_requests_running", 2 * w + p, **labels)
+            exporter.set(
+                "vllm:kv_cache_usage_perc" if p else "vllm:gpu_cache_usage_perc", 0.1 * (w + 1) + p / 10, **labels
+            )
+    for w, (namespace, name) in enumerate(targets):
+        for p in range(2):
+            labels = {"namespace": namespace, "pod": f"{name}-6c8d9f7b4-p{p}q{w}", "model_name": "m"}
+            rate = 100.0 * (w + 1) + p
+
+            def counter(rate: float = rate) -> float:
+                return rate * (time.time() - started)
+
+            exporter.set("vllm:prompt_tokens_total", counter, **labels)
+            exporter.set("vllm:generation_tokens_total", lambda rate=rate: rate / 4 * (time.time() - started), **labels)
+            for bound, share in (("0.1", 0.2), ("0.5", 0.6), ("1.0", 0.9), ("2.5", 0.97), ("+Inf", 1.0)):
+                exporter.set(
+                    "vllm:time_to_first_token_seconds_bucket",
+                    lambda share=share, rate=rate: share * rate / 50 * (time.time() - started),
+                    le=bound,
+                    **labels,
+                )
+        workloads.append(
+            {
+                "target": {"namespace": namespace, "name": name},
+                "maxReplicas": 9,
+                "metrics": [{"name": n, "target": {"type": "AverageValue", "value": 1}} for n in names],
+            }
+        )
+    document = parse_policy_document({"prometheus": {"url": prometheus.url}, "workloads": workloads})
+    source = PrometheusSource(document.prometheus)
+    observer = Observer(document, source)
+    assert observer.requests_per_tick() == len(names)  # one batch per metric, however many workloads
+    wait_for(
+        lambda: all(v is not None for m in observer.collect(time.time()).values() for v in m.values.values()),
+        40,
+        "every metric of every workload",
+    )
+    ready_at = time.time()
+    wait_for(lambda: time.time() > ready_at + 3, 10, "a few more scrapes for the rates")
+    now = time.time()
+    before = source.requests_sent
+    batched = observer.collect(now)
+    assert source.requests_sent - before == len(names)
+    for workload in document.workloads:
+        for name in names:
+            result = source.query_one(default_query(name, workload) or "", now)
+            expected = result.value
+            assert expected is not None, (workload.key, name, result.failure, result.detail)
+            assert batched[workload.key].values[name] == pytest.approx(expected, rel=1e-9), (workload.key, name)
