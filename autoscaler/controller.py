@@ -11,14 +11,21 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autoscaler.actuators.base import PAUSED, PAUSED_REPLICAS, Actuator, ActuatorError, ReadFailure, ScaleState
+from autoscaler.actuators.base import (
+    PAUSED,
+    PAUSED_REPLICAS,
+    Actuator,
+    ActuatorError,
+    ReadFailure,
+    ScaleState,
+    target_key,
+)
 from autoscaler.leader import LeaderElector
 from autoscaler.logs import get_logger
 from autoscaler.metrics.source import MetricSource
@@ -31,7 +38,6 @@ from policies.pipeline import Decision, Reason, WorkloadDecider
 log = get_logger("autoscaler.controller")
 COLD_START_SAMPLES = 20
 COLD_START_MIN_SAMPLES = 3
-READ_WORKERS = 16
 
 
 @dataclass
@@ -69,7 +75,6 @@ class Controller:
         self.rejected_digest: str | None = None
         self.last_tick_at: float | None = None
         self.prometheus_ok = False
-        self.pool = ThreadPoolExecutor(max_workers=READ_WORKERS, thread_name_prefix="read")
 
     # -- the policy file -----------------------------------------------------------------------------
 
@@ -151,7 +156,8 @@ class Controller:
         self.check_policy()
         now = self.clock()
         runtimes = list(self.runtime.values())
-        states = list(self.pool.map(self._read, runtimes))
+        read = self.actuator.read_many([r.workload.target for r in runtimes])
+        states = [read[target_key(r.workload.target)] for r in runtimes]
         observed = self.observer.collect(now)
         lines = []
         for runtime, state in zip(runtimes, states, strict=True):
@@ -162,12 +168,6 @@ class Controller:
         self.telemetry.tick_duration.observe(time.monotonic() - started)
         self.telemetry.leader.set(1 if self.leading() else 0)
         return lines
-
-    def _read(self, runtime: WorkloadRuntime) -> ScaleState | ActuatorError:
-        try:
-            return self.actuator.read(runtime.workload.target)
-        except ActuatorError as exc:
-            return exc
 
     def _workload_tick(
         self, runtime: WorkloadRuntime, state: ScaleState | ActuatorError, metrics: WorkloadMetrics, now: float
@@ -357,5 +357,3 @@ class Controller:
             return False, "Prometheus gave no usable value at the last tick"
         return True, f"policy loaded ({len(self.runtime)} workloads), Prometheus reachable"
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=False)

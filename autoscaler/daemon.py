@@ -81,7 +81,6 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
     )
     if once:
         controller.tick()
-        controller.close()
         return 0
 
     stop = threading.Event()
@@ -133,6 +132,5 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
     if elector is not None:
         elector.release()
     server.stop()
-    controller.close()
     log.info("stopped")
     return 0

@@ -43,11 +43,19 @@ class WriteResult:
     attempts: int = 0
 
 
+def target_key(target: TargetRef) -> tuple[str, str, str]:
+    return (target.kind, target.namespace, target.name)
+
+
 class Actuator(Protocol):
     dry_run: bool
 
     def read(self, target: TargetRef) -> ScaleState:
         """The target's replica count, ready count and annotations; raises :class:`ActuatorError`."""
+        ...
+
+    def read_many(self, targets: list[TargetRef]) -> dict[tuple[str, str, str], ScaleState | ActuatorError]:
+        """Every target's state, keyed by ``(kind, namespace, name)``, in as few requests as possible."""
         ...
 
     def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoscaler.actuators.base import Actuator, ScaleState, WriteResult
+from autoscaler.actuators.base import Actuator, ActuatorError, ScaleState, WriteResult
 from autoscaler.logs import get_logger
 from autoscaler.policy_file import TargetRef
 
@@ -17,6 +17,9 @@ class DryRunActuator:
 
     def read(self, target: TargetRef) -> ScaleState:
         return self.reader.read(target)
+
+    def read_many(self, targets: list[TargetRef]) -> dict[tuple[str, str, str], ScaleState | ActuatorError]:
+        return self.reader.read_many(targets)
 
     def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
         return WriteResult(False, "dry-run", f"would scale from {state.replicas} to {replicas}")

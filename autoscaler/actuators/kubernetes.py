@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import uuid
@@ -13,7 +14,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.actuators.base import ActuatorError, ReadFailure, ScaleState, WriteResult
+from autoscaler.actuators.base import ActuatorError, ReadFailure, ScaleState, WriteResult, target_key
 from autoscaler.logs import get_logger
 from autoscaler.policy_file import TargetRef
 
@@ -98,6 +99,48 @@ class KubernetesActuator:
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.warning("target-object-unreadable", workload=f"{target.namespace}/{target.name}", detail=_short(exc))
         return ScaleState(replicas, ready, str(scale.metadata.resource_version), annotations)
+
+    def read_many(self, targets: list[TargetRef]) -> dict[tuple[str, str, str], ScaleState | ActuatorError]:
+        """One LIST per namespace and kind, parsed as plain JSON (the client's models cost a millisecond or
+        more per object); a namespace whose LIST fails falls back to reading each target's scale."""
+        groups: dict[tuple[str, str], list[TargetRef]] = {}
+        for target in targets:
+            groups.setdefault((target.kind, target.namespace), []).append(target)
+        states: dict[tuple[str, str, str], ScaleState | ActuatorError] = {}
+        for (kind, namespace), members in groups.items():
+            try:
+                listed = self._call("list", lambda k=kind, n=namespace: self._list(k, n))  # type: ignore[misc]
+            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                log.info("list-failed", namespace=namespace, kind=kind, detail=_short(exc), fallback="per-target")
+                listed = None
+            for target in members:
+                if listed is None:
+                    try:
+                        states[target_key(target)] = self.read(target)
+                    except ActuatorError as exc:
+                        states[target_key(target)] = exc
+                elif target.name in listed:
+                    states[target_key(target)] = listed[target.name]
+                else:
+                    states[target_key(target)] = ActuatorError(ReadFailure.NOT_FOUND, "the target does not exist")
+        return states
+
+    def _list(self, kind: str, namespace: str) -> dict[str, ScaleState]:
+        lister = (
+            self.apps.list_namespaced_stateful_set if kind == "StatefulSet" else self.apps.list_namespaced_deployment
+        )
+        response: Any = lister(namespace, _preload_content=False, _request_timeout=self.timeout)
+        items = json.loads(response.data).get("items", [])
+        states = {}
+        for item in items:
+            meta, spec, status = item.get("metadata", {}), item.get("spec", {}), item.get("status") or {}
+            states[meta["name"]] = ScaleState(
+                replicas=int(spec.get("replicas", 1)),
+                ready=int(status.get("readyReplicas") or 0),
+                resource_version=str(meta.get("resourceVersion", "")),
+                annotations=dict(meta.get("annotations") or {}),
+            )
+        return states
 
     def _read_object(self, target: TargetRef) -> Any:
         if target.kind == "StatefulSet":

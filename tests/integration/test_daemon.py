@@ -374,3 +374,17 @@ def test_scale_state_is_read_from_the_scale_subresource(tmp_path: Path, k8s: Kub
     state = actuator.read(TargetRef(namespace=NS, name=NAME))
     assert isinstance(state, ScaleState) and (state.replicas, state.annotations) == (3, {"a": "b"})
     assert [r.path for r in k8s.requests] == [SCALE_PATH, f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}"]
+
+
+def test_one_list_per_namespace_and_a_fallback_when_listing_is_refused(tmp_path: Path, k8s: KubernetesEmulator,
+                                                                        loaded: PrometheusServer) -> None:
+    k8s.add_deployment(NS, NAME, 2)
+    assert run_once(tmp_path, k8s, policy_text(loaded.url)) == 0
+    reads = [r.path for r in k8s.requests if r.method == "GET" and "/deployments" in r.path]
+    assert reads == [f"/apis/apps/v1/namespaces/{NS}/deployments"]
+    k8s.requests.clear()
+    k8s.set_replicas_by_hand(NS, NAME, 2)
+    k8s.deny("list", "deployments")
+    assert run_once(tmp_path, k8s, policy_text(loaded.url)) == 0
+    assert SCALE_PATH in [r.path for r in k8s.requests if r.method == "GET"]
+    assert [w.body["spec"]["replicas"] for w in k8s.scale_writes() if w.status == 200] == [6]
