@@ -61,12 +61,17 @@ class Controller:
         telemetry: Telemetry | None = None,
         clock: Callable[[], float] = time.time,
         elector: LeaderElector | None = None,
+        decision_clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` is the wall clock, for Prometheus's evaluation time; ``decision_clock`` times the
+        behavior windows, rate limits and cold starts, and is monotonic so that a step of the wall clock
+        cannot freeze or release them."""
         self.policy_path = Path(policy_path) if policy_path is not None else None
         self.source = source
         self.actuator = actuator
         self.telemetry = telemetry or Telemetry()
         self.clock = clock
+        self.decision_clock = decision_clock
         self.elector = elector
         self.document = document
         self.observer = Observer(document, source)
@@ -154,11 +159,11 @@ class Controller:
     def tick(self) -> list[dict[str, Any]]:
         started = time.monotonic()
         self.check_policy()
-        now = self.clock()
+        wall, now = self.clock(), self.decision_clock()
         runtimes = list(self.runtime.values())
         read = self.actuator.read_many([r.workload.target for r in runtimes])
         states = [read[target_key(r.workload.target)] for r in runtimes]
-        observed = self.observer.collect(now)
+        observed = self.observer.collect(wall)
         lines = []
         for runtime, state in zip(runtimes, states, strict=True):
             metrics = observed.get(runtime.workload.key, WorkloadMetrics({}))
@@ -275,7 +280,7 @@ class Controller:
                 Decision(decision.now, state.replicas, decision.recommended, desired, decision.reason, decision.details)
             )
             if desired > state.replicas:
-                runtime.pending_scale_up = (self.clock(), desired)
+                runtime.pending_scale_up = (self.decision_clock(), desired)
             else:
                 runtime.pending_scale_up = None
             self.actuator.event(
@@ -345,7 +350,7 @@ class Controller:
     def healthy(self) -> tuple[bool, str]:
         if self.last_tick_at is None:
             return True, "starting"
-        age = self.clock() - self.last_tick_at
+        age = self.decision_clock() - self.last_tick_at
         if age > 3 * self.interval + 30:
             return False, f"the loop has not ticked for {age:.0f} s"
         return True, f"last tick {age:.0f} s ago"
@@ -356,4 +361,3 @@ class Controller:
         if not self.prometheus_ok:
             return False, "Prometheus gave no usable value at the last tick"
         return True, f"policy loaded ({len(self.runtime)} workloads), Prometheus reachable"
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import socket
@@ -91,6 +92,7 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` dumps every thread's stack
     server = HealthServer(
         settings.bind_address, settings.metrics_port, telemetry.registry, controller.healthy, controller.ready
     )
@@ -108,13 +110,11 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
         )
 
     def tick() -> None:
+        # The job never calls back into the scheduler: shutdown holds its lock while it waits for this job.
         try:
             controller.tick()
         except Exception:  # one bad tick must not kill the loop
             log.exception("tick-failed")
-        job = scheduler.get_job("tick")
-        if job is not None and job.trigger.interval.total_seconds() != controller.interval:
-            scheduler.reschedule_job("tick", trigger="interval", seconds=controller.interval)
 
     scheduler.add_job(
         tick,
@@ -127,7 +127,12 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
         misfire_grace_time=None,
     )
     scheduler.start()
-    stop.wait()
+    interval = controller.interval
+    while not stop.wait(1.0):
+        if controller.interval != interval:  # a reloaded policy changed the interval
+            interval = controller.interval
+            scheduler.reschedule_job("tick", trigger="interval", seconds=interval)
+            log.info("interval-changed", interval=interval)
     scheduler.shutdown(wait=True)
     if elector is not None:
         elector.release()

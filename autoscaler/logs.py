@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
 
-def configure(log_format: str = "json", level: str = "info") -> None:
+def configure(log_format: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
     renderer: Any = structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer()
     structlog.configure(
         processors=[
@@ -20,7 +20,7 @@ def configure(log_format: str = "json", level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
         cache_logger_on_first_use=False,
     )
 
