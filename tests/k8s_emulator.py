@@ -52,6 +52,8 @@ class Recorded:
     body: Any = None
     content_type: str | None = None
     at: float = 0.0
+    token: str | None = None
+    lease_holders: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -73,6 +75,7 @@ class Pods:
 class KubernetesEmulator:
     def __init__(self, token: str = "test-token", startup_delay: float = 0.0) -> None:
         self.token = token
+        self.tokens = {token}
         self.startup_delay = startup_delay
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], Pods] = {}
@@ -104,7 +107,10 @@ class KubernetesEmulator:
 
     # -- test helpers ----------------------------------------------------------------------------
 
-    def kubeconfig(self, path: Path) -> Path:
+    def kubeconfig(self, path: Path, token: str | None = None) -> Path:
+        """A kubeconfig for this emulator; another ``token`` tells that client's requests apart."""
+        if token is not None:
+            self.tokens.add(token)
         path.write_text(
             json.dumps(
                 {
@@ -112,7 +118,7 @@ class KubernetesEmulator:
                     "kind": "Config",
                     "current-context": "emulator",
                     "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-                    "users": [{"name": "tester", "user": {"token": self.token}}],
+                    "users": [{"name": "tester", "user": {"token": token or self.token}}],
                     "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}],
                 }
             )
@@ -274,8 +280,15 @@ class KubernetesEmulator:
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
             self._reply(request, int(fault.status), _status(int(fault.status), "injected fault"), headers)
             return
-        status, reply = self._route(request, method, path, query, body, content_type)
-        self.requests.append(Recorded(method, path, status, body, content_type, time.time()))
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ") or None
+        with self.lock:
+            holders = {
+                f"{ns}/{name}": (obj.get("spec") or {}).get("holderIdentity") or ""
+                for (plural, ns, name), obj in self.objects.items()
+                if plural == "leases"
+            }
+            status, reply = self._route(request, method, path, query, body, content_type)
+        self.requests.append(Recorded(method, path, status, body, content_type, time.time(), token, holders))
         self._reply(request, status, reply)
 
     def _reply(
@@ -293,7 +306,7 @@ class KubernetesEmulator:
     def _route(
         self, request: BaseHTTPRequestHandler, method: str, path: str, query: str, body: Any, content_type: str | None
     ) -> tuple[int, Any]:
-        if request.headers.get("Authorization") != f"Bearer {self.token}":
+        if request.headers.get("Authorization", "").removeprefix("Bearer ") not in self.tokens:
             return 401, _status(401, "Unauthorized")
         match = PATH.match(path)
         if match is None or match["plural"] not in RESOURCES or RESOURCES[match["plural"]][0] != match["prefix"]:

@@ -376,8 +376,9 @@ def test_scale_state_is_read_from_the_scale_subresource(tmp_path: Path, k8s: Kub
     assert [r.path for r in k8s.requests] == [SCALE_PATH, f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}"]
 
 
-def test_one_list_per_namespace_and_a_fallback_when_listing_is_refused(tmp_path: Path, k8s: KubernetesEmulator,
-                                                                        loaded: PrometheusServer) -> None:
+def test_one_list_per_namespace_and_a_fallback_when_listing_is_refused(
+    tmp_path: Path, k8s: KubernetesEmulator, loaded: PrometheusServer
+) -> None:
     k8s.add_deployment(NS, NAME, 2)
     assert run_once(tmp_path, k8s, policy_text(loaded.url)) == 0
     reads = [r.path for r in k8s.requests if r.method == "GET" and "/deployments" in r.path]
