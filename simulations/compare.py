@@ -164,18 +164,26 @@ def static_best(
     tick: Callable[[str], None] = lambda _: None,
 ) -> tuple[int | None, RunResult]:
     """The smallest fixed fleet in ``[lo, hi]`` meeting the SLO target (SLO attainment grows with the fleet).
-    Without one, ``None`` and the run at ``hi``."""
-    cache: dict[int, RunResult] = {}
+    Without one, ``None`` and the run at ``hi``.
 
-    def at(n: int) -> RunResult:
-        if n not in cache:
-            cache[n] = run(trace, model, Contender("static-best", static=n), n, slo_ttft)
+    The bisection starts at the oracle's busiest minute (a fixed fleet must carry it too), and a run that has
+    certainly missed more requests than the target allows stops early.
+    """
+    cache: dict[int, RunResult] = {}
+    budget = math.floor((1.0 - slo_target) * trace.requests)
+
+    def at(n: int, full: bool = False) -> RunResult:
+        if n not in cache or (full and cache[n].abandoned):
+            cache[n] = run(
+                trace, model, Contender("static-best", static=n), n, slo_ttft, miss_budget=None if full else budget
+            )
             tick(f"static {n}")
         return cache[n]
 
     if not at(hi).meets(slo_target):
-        return None, at(hi)
-    low, high = lo, hi
+        return None, at(hi, full=True)
+    busiest = float(oracle_bound(trace, model, lo, slo_ttft, slo_target).replicas_per_window.max())
+    low, high = min(max(lo, math.ceil(busiest - 1e-9)), hi), hi
     while low < high:
         mid = (low + high) // 2
         if at(mid).meets(slo_target):

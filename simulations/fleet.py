@@ -39,13 +39,18 @@ def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray)
         return np.zeros(0), np.zeros(0)
     order = np.lexsort((demand, group))
     d, g = demand[order], group[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    sizes = np.diff(np.r_[starts, n])
+    boundary = np.empty(n, dtype=bool)
+    boundary[0] = True
+    np.not_equal(g[1:], g[:-1], out=boundary[1:])
+    starts = np.flatnonzero(boundary)
+    sizes = np.diff(np.append(starts, n))
     first = np.repeat(starts, sizes)
     rank = np.arange(n) - first
     remaining = np.repeat(sizes, sizes) - rank  # members still sharing when this one is reached
     cap = capacity[g]
-    previous = np.r_[0.0, d[:-1]]
+    previous = np.empty(n)
+    previous[0] = 0.0
+    previous[1:] = d[:-1]
     previous[starts] = 0.0
     # Capacity used by the time member k finishes: every member still present has received d[k].
     spent = np.cumsum((d - previous) * remaining)
@@ -115,7 +120,8 @@ class Fleet:
         self.dropped = np.zeros(n, dtype=bool)
         self.next_arrival = 0
         self.router_queue: deque[int] = deque()
-        self.replicas: list[Replica] = []
+        self.replicas: list[Replica] = []  # every replica ever created; index = position
+        self.live: list[Replica] = []  # those not removed yet
         self.round_robin = 0
         # Running requests, one entry each.
         self.r_rep = np.zeros(0, dtype=np.int64)
@@ -132,13 +138,22 @@ class Fleet:
         self.scrapes: deque[Scrape] = deque()
         self.last_scrape_at = -math.inf
         for _ in range(initial_replicas):
-            self.replicas.append(Replica(len(self.replicas), 0.0, 0.0))
+            self._create(0.0, 0.0)
 
     # -- the cluster side -------------------------------------------------------------------------
 
+    def _create(self, now: float, ready_at: float) -> None:
+        replica = Replica(len(self.replicas), now, ready_at)
+        self.replicas.append(replica)
+        self.live.append(replica)
+
+    def _remove(self, replica: Replica, at: float) -> None:
+        replica.removed_at = at
+        self.live.remove(replica)
+
     def active(self) -> list[Replica]:
         """Replicas that count toward ``spec.replicas``: ready or starting, not draining."""
-        return [r for r in self.replicas if r.removed_at is None and r.draining_since is None]
+        return [r for r in self.live if r.draining_since is None]
 
     @property
     def spec_replicas(self) -> int:
@@ -149,13 +164,13 @@ class Fleet:
 
     @property
     def existing(self) -> int:
-        return sum(1 for r in self.replicas if r.removed_at is None)
+        return len(self.live)
 
     def scale_to(self, target: int, now: float) -> None:
         active = self.active()
         if target > len(active):
             for _ in range(target - len(active)):
-                self.replicas.append(Replica(len(self.replicas), now, now + self.model.cold_start_s))
+                self._create(now, now + self.model.cold_start_s)
             return
         # Like a ReplicaSet: starting pods go first (newest first), then the least busy ready ones.
         victims = sorted(active, key=lambda r: (r.ready(now), r.in_flight, -r.created_at))[: len(active) - target]
@@ -175,7 +190,7 @@ class Fleet:
         replica.waiting.clear()
         replica.running = 0
         replica.kv_reserved = replica.kv_used = 0.0
-        replica.removed_at = now
+        self._remove(replica, now)
 
     def _keep(self, mask: np.ndarray) -> None:
         self.r_rep, self.r_req = self.r_rep[mask], self.r_req[mask]
@@ -188,8 +203,7 @@ class Fleet:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def _route(self, req: int, now: float) -> bool:
-        candidates = [r for r in self.replicas if r.draining_since is None and r.ready(now)]
+    def _route(self, req: int, candidates: list[Replica]) -> bool:
         if not candidates:
             return False
         if self.model.routing == "round-robin":
@@ -204,8 +218,8 @@ class Fleet:
         cap, max_seqs = self.model.kv_cache_tokens, self.model.max_num_seqs
         reps: list[int] = []
         reqs: list[int] = []
-        for replica in self.replicas:
-            if replica.removed_at is not None or not replica.ready(now):
+        for replica in self.live:
+            if replica.ready_at > now:
                 continue
             while replica.waiting and replica.running < max_seqs:
                 req = replica.waiting[0]
@@ -232,23 +246,24 @@ class Fleet:
         """Advance from ``now`` to ``now + step_s``."""
         dt, model = self.model.step_s, self.model
         end = now + dt
-        while self.router_queue and self._route(self.router_queue[0], now):
+        candidates = [r for r in self.live if r.draining_since is None and r.ready_at <= now]
+        while self.router_queue and self._route(self.router_queue[0], candidates):
             self.router_queue.popleft()
         n = len(self.arrival)
         while self.next_arrival < n and self.arrival[self.next_arrival] < end:
             req = self.next_arrival
-            if self.router_queue or not self._route(req, now):
+            if self.router_queue or not self._route(req, candidates):
                 self.router_queue.append(req)
             self.next_arrival += 1
         self._admit(now)
         self.replica_seconds += self.existing * dt
         if len(self.r_req):
             self._advance(now, dt, end)
-        for replica in self.replicas:
-            if replica.draining_since is None or replica.removed_at is not None:
+        for replica in list(self.live):
+            if replica.draining_since is None:
                 continue
             if replica.in_flight == 0:
-                replica.removed_at = end
+                self._remove(replica, end)
             elif end - replica.draining_since >= model.drain_timeout_s:
                 self._abort(replica, end)
         if end - self.last_scrape_at >= model.scrape_interval_s - 1e-9:
@@ -261,7 +276,7 @@ class Fleet:
         size = len(self.replicas)
         flops, weights, budget = model.prefill_tokens_per_s, model.weight_read_s, float(model.max_num_batched_tokens)
         # The part of this step during which each request has been here (arrivals inside the step).
-        avail = np.clip((end - self.r_start) / dt, 0.0, 1.0)
+        avail = np.minimum((end - self.r_start) / dt, 1.0)
         prefilling = self.r_pre > 0
         rep_p = self.r_rep[prefilling]
         np.bincount(rep_p, minlength=size)
@@ -318,9 +333,8 @@ class Fleet:
         used_kv = np.bincount(
             self.r_rep, weights=self.prompt[self.r_req] + (self.output[self.r_req] - 1.0 - self.r_dec), minlength=size
         )
-        for replica in self.replicas:
-            if replica.removed_at is None:
-                replica.kv_used = float(used_kv[replica.index]) if replica.index < len(used_kv) else 0.0
+        for replica in self.live:
+            replica.kv_used = float(used_kv[replica.index]) if replica.index < len(used_kv) else 0.0
 
     # -- what Prometheus sees ---------------------------------------------------------------------
 
@@ -332,7 +346,7 @@ class Fleet:
         return float(np.quantile(np.asarray(self.ttft_value[lo:hi]), 0.9))
 
     def _scrape(self, now: float) -> None:
-        up = [r for r in self.replicas if r.ready(now)]
+        up = [r for r in self.live if r.ready_at <= now]
         waiting = tuple(float(len(r.waiting)) for r in up)
         scrape = Scrape(
             at=now,
@@ -369,5 +383,5 @@ class Fleet:
             self.next_arrival >= len(self.arrival)
             and not len(self.r_req)
             and not self.router_queue
-            and all(not r.waiting for r in self.replicas if r.removed_at is None)
+            and all(not r.waiting for r in self.live)
         )

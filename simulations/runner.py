@@ -112,6 +112,7 @@ class RunResult:
     max_replicas: int
     tuned: dict[str, float] | None = None
     timeline: dict[str, list[float]] = field(default_factory=dict)
+    abandoned: bool = False
 
     def meets(self, target: float) -> bool:
         return self.slo_attainment >= target
@@ -142,6 +143,18 @@ def _quantile(values: np.ndarray, q: float) -> float | None:
     return float(np.quantile(values, q)) if len(values) else None
 
 
+MISS_CHECK_S = 600
+
+
+def certain_misses(fleet: Fleet, now: float, slo_ttft: float) -> int:
+    """Requests that have missed the SLO whatever happens next: served late, or unserved past the deadline."""
+    arrived = fleet.next_arrival
+    own = fleet.prompt[:arrived] / fleet.model.prefill_tokens_per_s
+    first = fleet.first_token[:arrived]
+    waited = np.where(np.isnan(first), now, first) - fleet.arrival[:arrived] - own
+    return int(np.count_nonzero(waited > slo_ttft + 1e-9))
+
+
 def slo_met(fleet: Fleet, slo_ttft: float) -> np.ndarray:
     """Time to first token, less the request's own prefill on an idle replica, within ``slo_ttft``."""
     own_prefill = fleet.prompt / fleet.model.prefill_tokens_per_s
@@ -159,11 +172,13 @@ def run(
     slo_ttft: float,
     timeline: bool = True,
     tail_limit_s: float = 3600.0,
+    miss_budget: int | None = None,
 ) -> RunResult:
     """Simulate the trace; the contender acts until the last arrival, then the fleet only finishes its work.
 
     GPU time is counted over the trace's duration, for every replica that exists (ready, starting or
-    draining).
+    draining). With ``miss_budget``, the run stops early once more requests than that have certainly missed
+    the SLO (served late, or still waiting past their deadline); its result then says it did not meet it.
     """
     fleet = Fleet(model, trace, initial_replicas)
     end = float(trace.arrival_s[-1])
@@ -193,6 +208,26 @@ def run(
                 last_arrivals = fleet.next_arrival
         fleet.step(now)
         now += dt
+        if (
+            miss_budget is not None
+            and int(now) % MISS_CHECK_S == 0
+            and certain_misses(fleet, now, slo_ttft) > miss_budget
+        ):
+            return RunResult(
+                contender.name,
+                math.inf,
+                0.0,
+                None,
+                None,
+                None,
+                0,
+                trace.requests,
+                events,
+                max_replicas,
+                contender.tuned,
+                {},
+                abandoned=True,
+            )
         if gpu_seconds_at_end is None and now > end:
             overshoot = now - end
             gpu_seconds_at_end = fleet.replica_seconds - fleet.existing * overshoot
