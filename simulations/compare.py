@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import copy
 import math
+import multiprocessing as mp
+import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,8 +183,8 @@ def static_best(
             tick(f"static {n}")
         return cache[n]
 
-    if not at(hi).meets(slo_target):
-        return None, at(hi, full=True)
+    if not at(hi, full=True).meets(slo_target):
+        return None, at(hi)
     busiest = float(oracle_bound(trace, model, lo, slo_ttft, slo_target).replicas_per_window.max())
     low, high = min(max(lo, math.ceil(busiest - 1e-9)), hi), hi
     while low < high:
@@ -270,6 +273,59 @@ def tune(
     return best
 
 
+@dataclass(frozen=True)
+class _Shared:
+    trace: Trace
+    model: ReplicaModel
+    document: PolicyFile
+    workload: Workload
+    initial: int
+    slo_ttft: float
+    slo_target: float
+
+
+_SHARED: _Shared | None = None
+PARALLEL_MIN_REQUESTS = 50_000
+
+
+def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
+    """One contender's run; in a worker process the shared inputs come from the parent by fork."""
+    s = shared or _SHARED
+    assert s is not None
+    kind, arg = job
+    if kind == "keda":
+        contender = keda_contender(s.document, s.workload, s.model, arg)
+        return run(s.trace, s.model, contender, s.initial, s.slo_ttft)
+    if kind == "tune":
+        return tune(s.trace, s.model, s.document, s.workload, arg, s.initial, s.slo_ttft, s.slo_target, lambda _: None)
+    doc, wl = policy_variant(s.document, s.workload, _policy_block(s.workload, arg))
+    return run(s.trace, s.model, policy_contender(doc, wl), s.initial, s.slo_ttft)
+
+
+def _run_jobs(shared: _Shared, jobs: list[tuple[str, Any]], tick: Callable[[str], None]) -> list[RunResult]:
+    """The contenders' runs are independent: on a long trace they run in parallel worker processes,
+    which inherit the trace by fork; results are the same either way."""
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers < 2 or shared.trace.requests < PARALLEL_MIN_REQUESTS or "fork" not in mp.get_all_start_methods():
+        results = []
+        for job in jobs:
+            results.append(_job(job, shared))
+            tick(str(job[1]))
+        return results
+    global _SHARED
+    _SHARED = shared
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
+            futures = [pool.submit(_job, job) for job in jobs]
+            results = []
+            for job, future in zip(jobs, futures, strict=True):
+                results.append(future.result())
+                tick(str(job[1]))
+            return results
+    finally:
+        _SHARED = None
+
+
 def compare(
     trace: Trace,
     model: ReplicaModel,
@@ -291,18 +347,10 @@ def compare(
     # the trace began: no policy pays for a cold fleet at t=0.
     initial = best_n if best_n is not None else hi
     result = Comparison(trace, model, workload, slo_ttft, slo_target, initial, static_best_replicas=best_n)
-    for policy_type in policy_types:
-        if tuning:
-            result.results.append(
-                tune(trace, model, document, workload, policy_type, initial, slo_ttft, slo_target, bar.step)
-            )
-        else:
-            doc, wl = policy_variant(document, workload, _policy_block(workload, policy_type))
-            result.results.append(run(trace, model, policy_contender(doc, wl), initial, slo_ttft))
-            bar.step(policy_type)
-    for average in (True, False):
-        result.results.append(run(trace, model, keda_contender(document, workload, model, average), initial, slo_ttft))
-        bar.step("keda-avg" if average else "keda-sum")
+    jobs: list[tuple[str, Any]] = [("tune" if tuning else "policy", t) for t in policy_types]
+    jobs += [("keda", True), ("keda", False)]
+    shared = _Shared(trace, model, document, workload, initial, slo_ttft, slo_target)
+    result.results.extend(_run_jobs(shared, jobs, bar.step))
     result.results.append(best_run)
     bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
     result.oracle_gpu_hours = bound.gpu_hours

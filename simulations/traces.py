@@ -245,3 +245,34 @@ def load_trace(
         lengths = load_trace(lengths_from, seed=seed) if lengths_from else None
         return read_rate(path, seed, rate_scale, lengths)
     return synthetic_day(seed)
+
+
+def write_azure(trace: Trace, path: str | Path, start: float = 1_764_547_200.0) -> None:
+    """Write a trace in the Azure format (what the benchmarks feed to ``simulate --trace``)."""
+    from datetime import UTC
+
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+        for arrival, prompt, output in zip(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, strict=True):
+            stamp = datetime.fromtimestamp(start + float(arrival), UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+            handle.write(f"{stamp},{int(prompt)},{int(output)}\n")
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m simulations.traces",
+                                     description="Write a seeded synthetic trace in the Azure format.")
+    parser.add_argument("--hours", type=float, default=2.0)
+    parser.add_argument("--mean-rps", type=float, default=2.0)
+    parser.add_argument("--bursts", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    trace = synthetic_day(args.seed, args.mean_rps, args.hours, args.bursts)
+    write_azure(trace, args.out)
+    print(f"{trace.requests} requests over {trace.duration_s / 3600:.1f} h -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
