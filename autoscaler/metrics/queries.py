@@ -32,25 +32,46 @@ def pod_selector(workload: Workload) -> str:
     return f"namespace={promql_string(target.namespace)},pod=~{promql_string(pods)}"
 
 
-def default_query(name: str, workload: Workload) -> str | None:
-    selector = pod_selector(workload)
-    if name == "num_requests_waiting":
-        return f"sum(vllm:num_requests_waiting{{{selector}}})"
-    if name == "num_requests_running":
-        return f"sum(vllm:num_requests_running{{{selector}}})"
-    if name in KV_CACHE_NAMES:
-        # Per pod, the current name if the pod has it, else the name before vLLM 0.12.
+# Each built-in metric as (aggregation, series expression over the pod selector ``{S}``).
+_SERIES = {
+    "num_requests_waiting": ("sum", "vllm:num_requests_waiting{S}"),
+    "num_requests_running": ("sum", "vllm:num_requests_running{S}"),
+    "kv_cache_usage_perc": ("max", None),
+    "time_to_first_token_p90_seconds": ("sum", "rate(vllm:time_to_first_token_seconds_bucket{S}[1m])"),
+    "prompt_tokens_per_second": ("sum", "rate(vllm:prompt_tokens_total{S}[1m])"),
+    "generation_tokens_per_second": ("sum", "rate(vllm:generation_tokens_total{S}[1m])"),
+}
+
+
+def _expression(name: str, selector: str, grouping: str) -> str:
+    """The PromQL of a built-in metric over ``selector``, grouped by ``grouping`` labels.
+
+    The KV-cache gauge reads, per pod, the current name where the pod has it and otherwise the name
+    before vLLM 0.12; the TTFT quantile is left to the caller (over ``le`` buckets).
+    """
+    key = batch_key(name)
+    aggregation, series = _SERIES[key]
+    labels = ", ".join(grouping.split(",")) if grouping else ""
+    if key == "kv_cache_usage_perc":
+        by_pod = ", ".join(dict.fromkeys(["pod", *[g for g in labels.split(", ") if g]]))
         return (
-            f"max(max by (pod) (vllm:kv_cache_usage_perc{{{selector}}}) "
-            f"or max by (pod) (vllm:gpu_cache_usage_perc{{{selector}}}))"
+            f"max by ({by_pod}) (vllm:kv_cache_usage_perc{{{selector}}}) "
+            f"or max by ({by_pod}) (vllm:gpu_cache_usage_perc{{{selector}}})"
         )
+    body = (series or "").replace("{S}", f"{{{selector}}}")
+    return f"{aggregation} by ({labels}) ({body})" if labels else f"{aggregation}({body})"
+
+
+def default_query(name: str, workload: Workload) -> str | None:
+    """One workload's query for a built-in metric: its pods, aggregated to one value."""
+    if batch_key(name) not in _SERIES:
+        return None
+    selector = pod_selector(workload)
     if name == "time_to_first_token_p90_seconds":
-        return f"histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{selector}}}[1m])))"
-    if name == "prompt_tokens_per_second":
-        return f"sum(rate(vllm:prompt_tokens_total{{{selector}}}[1m]))"
-    if name == "generation_tokens_per_second":
-        return f"sum(rate(vllm:generation_tokens_total{{{selector}}}[1m]))"
-    return None
+        return f"histogram_quantile(0.9, {_expression(name, selector, 'le')})"
+    if batch_key(name) == "kv_cache_usage_perc":
+        return f"max({_expression(name, selector, '')})"
+    return _expression(name, selector, "")
 
 
 def metric_queries(workload: Workload) -> dict[str, str]:
@@ -93,23 +114,11 @@ def pod_pattern(workload: Workload) -> re.Pattern[str]:
 
 def batched_query(name: str, namespaces: list[str]) -> str:
     """One query for metric ``name`` over every pod of ``namespaces``, by namespace and pod."""
+    if batch_key(name) not in _SERIES:
+        raise ValueError(f"no batched query for {name!r}")
     selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
-    if name == "num_requests_waiting":
-        return f"sum by (namespace, pod) (vllm:num_requests_waiting{{{selector}}})"
-    if name == "num_requests_running":
-        return f"sum by (namespace, pod) (vllm:num_requests_running{{{selector}}})"
-    if name in KV_CACHE_NAMES:
-        return (
-            f"max by (namespace, pod) (vllm:kv_cache_usage_perc{{{selector}}}) "
-            f"or max by (namespace, pod) (vllm:gpu_cache_usage_perc{{{selector}}})"
-        )
-    if name == "time_to_first_token_p90_seconds":
-        return f"sum by (namespace, pod, le) (rate(vllm:time_to_first_token_seconds_bucket{{{selector}}}[1m]))"
-    if name == "prompt_tokens_per_second":
-        return f"sum by (namespace, pod) (rate(vllm:prompt_tokens_total{{{selector}}}[1m]))"
-    if name == "generation_tokens_per_second":
-        return f"sum by (namespace, pod) (rate(vllm:generation_tokens_total{{{selector}}}[1m]))"
-    raise ValueError(f"no batched query for {name!r}")
+    extra = ",le" if name == "time_to_first_token_p90_seconds" else ""
+    return _expression(name, selector, f"namespace,pod{extra}")
 
 
 def batch_key(name: str) -> str:
