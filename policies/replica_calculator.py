@@ -49,14 +49,20 @@ def average_value_replicas(total: float, target: float, current: int, tolerance:
 def value_replicas(level: float, target: float, current: int, basis: int, tolerance: Tolerance) -> MetricProposal:
     """``GetExternalMetricReplicas``: a fleet-level value against a target level.
 
-    ``basis`` is the count the HPA multiplies by (its ready pods); the current count when unknown.
+    ``basis`` is the count the HPA multiplies by (its ready pods); the current count when unknown. While
+    replicas are still starting (``basis < current``) the proposal never goes below the current count: the
+    load the Ready replicas show says nothing about the ones on their way (the HPA likewise assumes unready
+    pods fully loaded before scaling down), and removing them would waste their cold start.
     """
     ratio = float(milli(level)) / float(milli(target))
     if current == 0:
         return MetricProposal(math.ceil(ratio), ratio, False)
     if tolerance.within(ratio):
         return MetricProposal(current, ratio, True)
-    return MetricProposal(math.ceil(ratio * float(basis)), ratio, False)
+    proposal = math.ceil(ratio * float(basis))
+    if basis < current:
+        proposal = max(proposal, current)
+    return MetricProposal(proposal, ratio, False)
 
 
 def metric_proposal(spec: MetricSpec, value: float, current: int, basis: int, tolerance: Tolerance) -> MetricProposal:

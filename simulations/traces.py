@@ -261,8 +261,9 @@ def write_azure(trace: Trace, path: str | Path, start: float = 1_764_547_200.0) 
 def main() -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m simulations.traces",
-                                     description="Write a seeded synthetic trace in the Azure format.")
+    parser = argparse.ArgumentParser(
+        prog="python -m simulations.traces", description="Write a seeded synthetic trace in the Azure format."
+    )
     parser.add_argument("--hours", type=float, default=2.0)
     parser.add_argument("--mean-rps", type=float, default=2.0)
     parser.add_argument("--bursts", type=int, default=6)

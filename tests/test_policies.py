@@ -50,7 +50,8 @@ def test_average_value(name: str, total: float, target: float, current: int, exp
         ("scale down", 8.6, 14.334, 5, 5, 3),
         ("tolerance", 8.6, 8.888, 3, 3, 3),
         ("the article's max KV cache as a Value", 0.95, 0.85, 4, 4, 5),
-        ("multiplies by the ready count", 0.95, 0.85, 8, 4, 5),
+        ("multiplies by the ready count", 0.95, 0.85, 8, 4, 8),  # never below current while replicas start
+        ("multiplies by the ready count when scaling up", 2.55, 0.85, 8, 4, 12),
         ("at zero replicas", 1.7, 0.85, 0, 0, 2),
     ],
 )
@@ -209,3 +210,50 @@ def test_predictive_never_scales_in_on_the_forecast_alone() -> None:
         level >= math.ceil(load / 2) for level, load in zip(levels, [40, 36, 32, 28, 24, 20, 20, 20], strict=True)
     )
     assert levels[-1] == 10
+
+
+def test_a_third_party_policy_from_an_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import EntryPoint
+
+    from policies import registry
+
+    monkeypatch.setitem(__import__("sys").modules, "acme_policy", __import__("types").ModuleType("acme_policy"))
+    from policies.spec import StrictModel
+
+    class FixedParams(StrictModel):
+        type: str = "fixed"
+        replicas: int = 3
+
+    class FixedPolicy:
+        type = "fixed"
+        Params = FixedParams
+
+        def __init__(self, params: FixedParams, ctx: object) -> None:
+            self.params, self.state = params, None
+
+        def recommend(self, observation: Observation) -> object:
+            from policies.base import Proposal
+
+            return Proposal(self.params.replicas, "steady")
+
+    __import__("sys").modules["acme_policy"].FixedPolicy = FixedPolicy  # type: ignore[attr-defined]
+    entry = EntryPoint("fixed", "acme_policy:FixedPolicy", registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "entry_points", lambda group: [entry] if group == registry.ENTRY_POINT_GROUP else [])
+    registry.available.cache_clear()
+    try:
+        decider = _decider(policy={"type": "fixed", "replicas": 5}, behavior=FREE)
+        assert decider.decide(Observation(0.0, 2, {"num_requests_waiting": 0})).desired == 5
+        with pytest.raises(Exception, match="unknown policy type 'nope'"):
+            _decider(policy={"type": "nope"})
+    finally:
+        registry.available.cache_clear()
+
+
+def test_no_further_scale_up_while_new_replicas_are_starting() -> None:
+    """A level metric counts the Ready replicas: replicas already on their way are not asked for again."""
+    kv = [{"name": "kv_cache_usage_perc", "target": {"type": "Value", "value": 0.8}}]
+    decider = _decider(metrics=kv, maxReplicas=50, behavior=FREE)
+    # 4 Ready replicas at 1.0 need 5; 8 are already on their way: no further scale-up, and no scale-down.
+    assert decider.decide(Observation(0.0, 8, {"kv_cache_usage_perc": 1.0}, ready_replicas=4)).desired == 8
+    # Once all 8 are Ready and still at 1.0, the load really needs 10.
+    assert decider.decide(Observation(15.0, 8, {"kv_cache_usage_perc": 1.0}, ready_replicas=8)).desired == 10
