@@ -186,7 +186,7 @@ def read_rate(path: Path, seed: int, rate_scale: float = 1.0, lengths: Trace | N
 def synthetic_day(seed: int = 0, mean_rps: float = 2.0, hours: float = 2.0, bursts: int = 6) -> Trace:
     """A diurnal day with bursts, compressed into ``hours`` (by default twelvefold, into two hours): a
     sinusoidal daily cycle (peak mid-afternoon, trough before dawn, peak to trough 4:1) at ``mean_rps`` on
-    average, plus ``bursts`` surges of 3 to 15 minutes at 1.5x to 2.5x the rate of the moment, Poisson
+    average, plus ``bursts`` surges of 3 to 15 minutes at 1.3x to 1.8x the rate of the moment, Poisson
     arrivals in 10 s windows, log-normal lengths (``sample_lengths``). Seeded."""
     rng = np.random.default_rng(seed)
     width = 10.0
@@ -196,7 +196,7 @@ def synthetic_day(seed: int = 0, mean_rps: float = 2.0, hours: float = 2.0, burs
     for _ in range(bursts):
         begin = rng.uniform(0, hours * 3600.0)
         length = rng.uniform(180, 900)
-        factor = rng.uniform(1.5, 2.5)
+        factor = rng.uniform(1.3, 1.8)
         inside = (starts >= begin) & (starts < begin + length)
         rates[inside] *= factor
     arrivals = poisson_arrivals(rng, starts, rates, width)
