@@ -34,21 +34,13 @@ def record(
         for name, query in wanted.items():
             series = source.query_range(query, start, end, step)
             where = f"{workload.key} {name}"
-            if series.failure in PROMETHEUS_FAILURES:
-                outcome.failed.append(f"{where}: {series.failure}: {series.detail}")
-                log.error(
-                    "record-failed",
-                    workload=workload.key,
-                    metric=name,
-                    reason=str(series.failure),
-                    detail=series.detail,
-                    query=query,
-                )
-                continue
             if series.failure is not None:
-                outcome.empty.append(f"{where}: {series.failure}: {series.detail}")
-                log.warning(
-                    "record-no-values",
+                # Prometheus failing is an error (exit 1); a query with no data only a warning.
+                failed = series.failure in PROMETHEUS_FAILURES
+                (outcome.failed if failed else outcome.empty).append(f"{where}: {series.failure}: {series.detail}")
+                report = log.error if failed else log.warning
+                report(
+                    "record-failed" if failed else "record-no-values",
                     workload=workload.key,
                     metric=name,
                     reason=str(series.failure),
