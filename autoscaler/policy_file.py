@@ -102,9 +102,6 @@ class PolicyFile(StrictModel):
     prometheus: PrometheusConfig = PrometheusConfig()
     workloads: list[Workload] = Field(min_length=1)
 
-    def workload(self, key: str) -> Workload | None:
-        return next((w for w in self.workloads if w.key == key), None)
-
     def decider(self, workload: Workload, previous: WorkloadDecider | None = None) -> WorkloadDecider:
         """A decider for ``workload``; decision state of ``previous`` survives when the policy type is the same."""
         behavior_state: BehaviorState | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -118,10 +118,3 @@ def write_rows(handle: TextIO, rows: Iterable[tuple[float, str, str, float]]) ->
         writer.writerow([format_timestamp(stamp), workload, metric, repr(float(value))])
         count += 1
     return count
-
-
-def iter_rows(ticks: Iterable[Tick]) -> Iterator[tuple[float, str, str, float]]:
-    for tick in ticks:
-        for workload, metrics in tick.values.items():
-            for metric, value in metrics.items():
-                yield tick.timestamp, workload, metric, math.nan if value is None else value

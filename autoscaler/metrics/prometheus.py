@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,54 +61,57 @@ class PrometheusSource:
             return Failure.UNREACHABLE, f"cannot read the bearer token: {exc}"
         return Failure.BAD_RESPONSE, repr(exc)[:300]
 
-    def query_one(self, query: str, now: float) -> QueryResult:
+    def _request(self, send: Callable[[], Any]) -> tuple[Any, Failure | None, str, float]:
+        """One request: token refreshed, counted and timed; any failure is "no value", never a crash."""
         started = time.monotonic()
         try:
             self._refresh_headers()
             self.requests_sent += 1
-            data: Any = self.client.custom_query(query, params={"time": f"{now:.3f}"})
-        except Exception as exc:  # every failure of one query is "no value", never a crash
+            data = send()
+        except Exception as exc:
             failure, detail = self._failure(exc)
-            return QueryResult(None, failure, detail, latency_s=time.monotonic() - started)
-        latency = time.monotonic() - started
+            return None, failure, detail, time.monotonic() - started
+        return data, None, "", time.monotonic() - started
+
+    def _instant(self, query: str, now: float) -> tuple[Any, Failure | None, str, float]:
+        return self._request(lambda: self.client.custom_query(query, params={"time": f"{now:.3f}"}))
+
+    def query_one(self, query: str, now: float) -> QueryResult:
+        data, failure, detail, latency = self._instant(query, now)
+        if failure is not None:
+            return QueryResult(None, failure, detail, latency)
         return self._interpret(data, now, latency)
 
     def _interpret(self, data: Any, now: float, latency: float) -> QueryResult:
         if isinstance(data, dict) and "result" in data:  # a scalar result
             data = [{"value": data["result"]}] if data.get("resultType") == "scalar" else data["result"]
         if not isinstance(data, list):
-            return QueryResult(None, Failure.BAD_RESPONSE, f"unexpected result {str(data)[:200]}", latency_s=latency)
+            return QueryResult(None, Failure.BAD_RESPONSE, f"unexpected result {str(data)[:200]}", latency)
         if not data:
-            return QueryResult(None, Failure.EMPTY, "the query returned no series", latency_s=latency)
+            return QueryResult(None, Failure.EMPTY, "the query returned no series", latency)
         if len(data) > 1:
             labels = [item.get("metric", {}) for item in data[:3]]
             return QueryResult(
                 None,
                 Failure.MULTIPLE_SERIES,
                 f"{len(data)} series where one is expected, e.g. {labels}; aggregate with sum() or max()",
-                latency_s=latency,
+                latency,
             )
         try:
             stamp, text = data[0]["value"]
             value, stamp = float(text), float(stamp)
         except (KeyError, TypeError, ValueError) as exc:
-            return QueryResult(None, Failure.BAD_RESPONSE, f"unparsable sample: {exc}", latency_s=latency)
+            return QueryResult(None, Failure.BAD_RESPONSE, f"unparsable sample: {exc}", latency)
         if not math.isfinite(value):
-            return QueryResult(None, Failure.NOT_FINITE, f"value {text}", stamp, latency)
+            return QueryResult(None, Failure.NOT_FINITE, f"value {text}", latency)
         if now - stamp > self.config.staleness_seconds:
-            return QueryResult(None, Failure.STALE, f"sample is {now - stamp:.0f} s old", stamp, latency)
-        return QueryResult(value, None, "", stamp, latency)
+            return QueryResult(None, Failure.STALE, f"sample is {now - stamp:.0f} s old", latency)
+        return QueryResult(value, None, "", latency)
 
     def query_vector(self, query: str, now: float) -> VectorResult:
-        started = time.monotonic()
-        try:
-            self._refresh_headers()
-            self.requests_sent += 1
-            data: Any = self.client.custom_query(query, params={"time": f"{now:.3f}"})
-        except Exception as exc:  # a failed batch is "no value" for every workload in it
-            failure, detail = self._failure(exc)
-            return VectorResult([], failure, detail, time.monotonic() - started)
-        latency = time.monotonic() - started
+        data, failure, detail, latency = self._instant(query, now)  # a failed batch fails every workload in it
+        if failure is not None:
+            return VectorResult([], failure, detail, latency)
         if not isinstance(data, list):
             return VectorResult([], Failure.BAD_RESPONSE, f"unexpected result {str(data)[:200]}", latency)
         samples = []
@@ -126,17 +129,15 @@ class PrometheusSource:
         return {q: self.query_one(q, now) for q in dict.fromkeys(queries)}
 
     def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
-        try:
-            self._refresh_headers()
-            self.requests_sent += 1
-            data = self.client.custom_query_range(
+        data, failure, detail, _ = self._request(
+            lambda: self.client.custom_query_range(
                 query,
                 start_time=datetime.fromtimestamp(start, tz=UTC),
                 end_time=datetime.fromtimestamp(end, tz=UTC),
                 step=f"{step:g}s",
             )
-        except Exception as exc:
-            failure, detail = self._failure(exc)
+        )
+        if failure is not None:
             return RangeSeries([], failure, detail)
         if not data:
             return RangeSeries([], Failure.EMPTY, "the query returned no series")
@@ -148,13 +149,3 @@ class PrometheusSource:
             if math.isfinite(value):
                 samples.append((float(stamp), value))
         return RangeSeries(samples)
-
-    def reachable(self) -> bool:
-        try:
-            self._refresh_headers()
-            response = self.client._session.get(
-                f"{self.client.url}/-/ready", timeout=self.config.timeout, headers=self.client.headers
-            )
-            return bool(response.status_code == 200)
-        except (requests.RequestException, OSError):
-            return False

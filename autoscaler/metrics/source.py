@@ -26,7 +26,6 @@ class QueryResult:
     value: float | None
     failure: Failure | None = None
     detail: str = ""
-    sample_time: float | None = None
     latency_s: float = 0.0
 
     @property
@@ -69,5 +68,3 @@ class MetricSource(Protocol):
         ...
 
     def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries: ...
-
-    def reachable(self) -> bool: ...
