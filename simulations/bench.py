@@ -142,7 +142,7 @@ def bench_tick(count: int, workdir: Path) -> dict[str, Any]:
 
 def bench_reaction(workdir: Path, trials: int, seed: int) -> dict[str, Any]:
     from tests.k8s_emulator import KubernetesEmulator
-    from tests.servers import PrometheusServer, VllmExporter, free_port, wait_for
+    from tests.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
 
     rng = random.Random(seed)
     emulator, exporter = KubernetesEmulator(), VllmExporter()
@@ -154,26 +154,12 @@ def bench_reaction(workdir: Path, trials: int, seed: int) -> dict[str, Any]:
     policy = workdir / "reaction-policy.json"
     policy.write_text(json.dumps(_policy(prometheus.url, [(namespace, name)], interval=5)))
     port = free_port()
-    env = {
-        **os.environ,
-        "VLLM_AUTOSCALER_METRICS_PORT": str(port),
-        "VLLM_AUTOSCALER_BIND_ADDRESS": "127.0.0.1",
-        "VLLM_AUTOSCALER_LEADER_ELECT": "false",
-    }
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "autoscaler",
-            "run",
-            "--config",
-            str(policy),
-            "--kubeconfig",
-            str(emulator.kubeconfig(workdir / "kubeconfig")),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(workdir / "daemon.log").open("wb"),
+    daemon = start_daemon(
+        policy,
+        emulator.kubeconfig(workdir / "kubeconfig"),
+        port,
+        workdir / "daemon.log",
+        VLLM_AUTOSCALER_LEADER_ELECT="false",
     )
     reactions: list[float] = []
     keda: list[float] = []

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +44,36 @@ def prometheus_binary() -> str:
             pytest.fail("the prometheus binary is missing: .ci/run must install Debian's prometheus package")
         pytest.skip("the prometheus binary is not installed (apt-get install prometheus)")
     return path
+
+
+def start_daemon(
+    policy: Path, kubeconfig: Path, port: int, log: Path, *args: str, **env: str
+) -> subprocess.Popen[bytes]:
+    """``vllm-autoscaler run`` as its own process, serving /metrics and health on loopback ``port``, its
+    output in ``log``."""
+    environment = {
+        **os.environ,
+        "VLLM_AUTOSCALER_METRICS_PORT": str(port),
+        "VLLM_AUTOSCALER_BIND_ADDRESS": "127.0.0.1",
+        **env,
+    }
+    with log.open("ab") as output:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "autoscaler",
+                "run",
+                "--config",
+                str(policy),
+                "--kubeconfig",
+                str(kubeconfig),
+                *args,
+            ],
+            env=environment,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
 
 
 class VllmExporter:

@@ -4,10 +4,7 @@ real Prometheus scraping the vLLM-shaped exporter."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +24,7 @@ from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.policy_file import load_policy_file
 from autoscaler.telemetry import Telemetry
 from tests.k8s_emulator import KubernetesEmulator
-from tests.servers import PrometheusServer, VllmExporter, free_port, wait_for
+from tests.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
 
 pytestmark = pytest.mark.integration
 NS, NAME = "llm-serving", "vllm-llama3-70b"
@@ -321,22 +318,7 @@ def test_the_daemon_serves_health_and_metrics_and_stops_on_sigterm(
     policy = tmp_path / "policy.json"
     policy.write_text(policy_text(loaded.url))
     port = free_port()
-    env = {**os.environ, "VLLM_AUTOSCALER_METRICS_PORT": str(port), "VLLM_AUTOSCALER_BIND_ADDRESS": "127.0.0.1"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "autoscaler",
-            "run",
-            "--config",
-            str(policy),
-            "--kubeconfig",
-            str(k8s.kubeconfig(tmp_path / "kubeconfig")),
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    process = start_daemon(policy, k8s.kubeconfig(tmp_path / "kubeconfig"), port, tmp_path / "daemon.log")
     try:
         base = f"http://127.0.0.1:{port}"
 

@@ -8,10 +8,8 @@ the daemon process is still alive (no crash loop).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +24,7 @@ from autoscaler.controller import Controller
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.policy_file import parse_policy_document
 from tests.k8s_emulator import KubernetesEmulator, Recorded
-from tests.servers import PrometheusServer, VllmExporter, free_port, wait_for
+from tests.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
 
 pytestmark = pytest.mark.integration
 NS, NAME = "llm-serving", "vllm-llama3-70b"
@@ -52,30 +50,9 @@ class Daemon:
         self, workdir: Path, k8s: KubernetesEmulator, policy_path: Path, name: str = "daemon", *args: str, **env: str
     ) -> None:
         self.port = free_port()
-        self.log = (workdir / f"{name}.log").open("wb")
         kubeconfig = k8s.kubeconfig(workdir / f"{name}.kubeconfig", token=f"token-{name}")
-        environment = {
-            **os.environ,
-            "VLLM_AUTOSCALER_METRICS_PORT": str(self.port),
-            "VLLM_AUTOSCALER_BIND_ADDRESS": "127.0.0.1",
-            "VLLM_AUTOSCALER_IDENTITY": name,
-            **env,
-        }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "autoscaler",
-                "run",
-                "--config",
-                str(policy_path),
-                "--kubeconfig",
-                str(kubeconfig),
-                *args,
-            ],
-            env=environment,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+        self.process = start_daemon(
+            policy_path, kubeconfig, self.port, workdir / f"{name}.log", *args, VLLM_AUTOSCALER_IDENTITY=name, **env
         )
         self.name = name
 
