@@ -131,12 +131,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace) -> Settings | None:
+    """Settings from the environment, with this command's flags on top; ``None`` after reporting a bad one."""
+    from pydantic import ValidationError
+
     from autoscaler.settings import Settings
 
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        _error(f"bad VLLM_AUTOSCALER_* setting: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        return None
     if getattr(args, "prometheus_url", None):
         settings.prometheus_url = args.prometheus_url
+    if getattr(args, "kubeconfig", None):
+        settings.kubeconfig = args.kubeconfig
+    if getattr(args, "dry_run", False):
+        settings.dry_run = True
     return settings
 
 
@@ -165,6 +177,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     if document is None:
         return EXIT_BAD_INPUT
     settings = _settings(args)
+    if settings is None:
+        return EXIT_BAD_INPUT
     configure(settings.log_format, settings.log_level)
     try:
         start, end = _when(args.start), _when(args.end)
@@ -196,24 +210,13 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
     from autoscaler.daemon import run_daemon
     from autoscaler.logs import configure
     from autoscaler.metrics.queries import metric_queries
-    from autoscaler.settings import Settings
 
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        _error(f"bad VLLM_AUTOSCALER_* setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
+    settings = _settings(args)
+    if settings is None:
         return EXIT_BAD_INPUT
-    if args.dry_run:
-        settings.dry_run = True
-    if args.kubeconfig:
-        settings.kubeconfig = args.kubeconfig
-    if args.prometheus_url:
-        settings.prometheus_url = args.prometheus_url
     configure(settings.log_format, settings.log_level)
     document = _load(args.config)
     if document is None:

@@ -1,0 +1,35 @@
+"""Settings from the environment: a flag wins over the environment, the environment over the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autoscaler.cli import main
+from autoscaler.policy_file import parse_policy_document
+from autoscaler.settings import Settings
+from tests.helpers import workload_doc
+
+
+@pytest.mark.parametrize(
+    "command", [["run", "--once"], ["record", "--start", "now-1m", "--end", "now", "--out", "x.csv"]]
+)
+def test_a_bad_environment_setting_is_bad_input(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(
+        '{"workloads": [{"target": {"namespace": "a", "name": "b"}, "maxReplicas": 2, '
+        '"metrics": [{"name": "num_requests_waiting", "target": {"value": 1}}]}]}'
+    )
+    monkeypatch.setenv("VLLM_AUTOSCALER_METRICS_PORT", "lots")
+    assert main([command[0], "--config", str(policy), *command[1:]]) == 2
+    assert "bad VLLM_AUTOSCALER_* setting: metrics_port" in capsys.readouterr().err
+
+
+def test_the_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    document = parse_policy_document({**workload_doc(), "prometheus": {"url": "http://file:9090", "timeout": 3}})
+    monkeypatch.setenv("VLLM_AUTOSCALER_PROMETHEUS_URL", "http://env:9090")
+    config = Settings().prometheus(document)
+    assert (config.url, config.timeout) == ("http://env:9090", 3)
