@@ -164,6 +164,8 @@ class Controller:
         read = self.actuator.read_many([r.workload.target for r in runtimes])
         states = [read[target_key(r.workload.target)] for r in runtimes]
         observed = self.observer.collect(wall)
+        for latency in self.observer.last_latencies:
+            self.telemetry.query_latency.observe(latency)
         lines = []
         for runtime, state in zip(runtimes, states, strict=True):
             metrics = observed.get(runtime.workload.key, WorkloadMetrics({}))
@@ -192,7 +194,6 @@ class Controller:
         for name, value in metrics.values.items():
             if value is not None:
                 self.telemetry.metric_value.labels(key, name).set(value)
-        self.telemetry.query_latency.observe(metrics.latency_s)
 
         if isinstance(state, ActuatorError):
             line.update(reason=f"target-{state.failure}", detail=state.detail)

@@ -23,7 +23,6 @@ log = get_logger("autoscaler.observer")
 class WorkloadMetrics:
     values: dict[str, float | None]
     failures: dict[str, QueryResult] = field(default_factory=dict)
-    latency_s: float = 0.0
 
     @property
     def all_failed(self) -> bool:
@@ -43,6 +42,7 @@ class Observer:
                 namespaces.setdefault(batch_key(name), []).append(workload.target.namespace)
         self.batches = {key: batched_query(key, spaces) for key, spaces in namespaces.items()}
         self.patterns = {w.key: pod_pattern(w) for w in document.workloads}
+        self.last_latencies: list[float] = []  # one per request of the last collect
 
     def requests_per_tick(self) -> int:
         return len(self.batches) + len({q for per in self.custom.values() for q in per.values() if q})
@@ -53,11 +53,11 @@ class Observer:
         )
         vectors = {key: self.source.query_vector(query, now) for key, query in self.batches.items()}
         by_pod = {key: self._index(vector) for key, vector in vectors.items()}
+        self.last_latencies = [r.latency_s for r in custom.values()] + [v.latency_s for v in vectors.values()]
         observed: dict[str, WorkloadMetrics] = {}
         for key, workload in self.workloads.items():
             values: dict[str, float | None] = {}
             failures: dict[str, QueryResult] = {}
-            latency = 0.0
             for metric in workload.metrics:
                 if metric.query:
                     result = custom[metric.query]
@@ -65,7 +65,6 @@ class Observer:
                     batch = batch_key(metric.name)
                     result = self._from_batch(workload, metric.name, vectors[batch], by_pod[batch])
                 values[metric.name] = result.value
-                latency = max(latency, result.latency_s)
                 if not result.ok:
                     failures[metric.name] = result
                     log.warning(
@@ -76,7 +75,7 @@ class Observer:
                         detail=result.detail,
                         query=self.queries[key][metric.name],
                     )
-            observed[key] = WorkloadMetrics(values, failures, latency)
+            observed[key] = WorkloadMetrics(values, failures)
         return observed
 
     @staticmethod

@@ -199,8 +199,10 @@ def test_workloads_share_one_batched_request_per_metric() -> None:
             )
 
     source = Source()
-    observed = Observer(document, source).collect(0.0)  # type: ignore[arg-type]
+    observer = Observer(document, source)  # type: ignore[arg-type]
+    observed = observer.collect(0.0)
     assert len(source.sent) == 2
+    assert len(observer.last_latencies) == 2  # one query latency per request, not per workload
     assert observed["ns1/app1"].values == {"num_requests_waiting": 6.0, "gpu_cache_usage_perc": 0.5}
     # app1's selector must not take app10..app19's pods.
     assert all(m.values["num_requests_waiting"] == 6.0 for m in observed.values())
