@@ -158,42 +158,37 @@ class Progress:
 
 
 def static_best(
-    trace: Trace,
-    model: ReplicaModel,
-    lo: int,
-    hi: int,
-    slo_ttft: float,
-    slo_target: float,
-    tick: Callable[[str], None] = lambda _: None,
+    shared: _Shared, lo: int, hi: int, tick: Callable[[str], None] = lambda _: None
 ) -> tuple[int | None, RunResult]:
     """The smallest fixed fleet in ``[lo, hi]`` meeting the SLO target (SLO attainment grows with the fleet).
     Without one, ``None`` and the run at ``hi``.
 
-    The bisection starts at the oracle's busiest minute (a fixed fleet must carry it too), and a run that has
+    The search starts at the oracle's busiest minute (a fixed fleet must carry it too). Each round runs as
+    many candidate fleets as there are worker processes, spread evenly over what is left, and a run that has
     certainly missed more requests than the target allows stops early.
     """
-    cache: dict[int, RunResult] = {}
-    budget = math.floor((1.0 - slo_target) * trace.requests)
-
-    def at(n: int, full: bool = False) -> RunResult:
-        if n not in cache or (full and cache[n].abandoned):
-            cache[n] = run(
-                trace, model, Contender("static-best", static=n), n, slo_ttft, miss_budget=None if full else budget
-            )
-            tick(f"static {n}")
-        return cache[n]
-
-    if not at(hi, full=True).meets(slo_target):
-        return None, at(hi)
-    busiest = float(oracle_bound(trace, model, lo, slo_ttft, slo_target).replicas_per_window.max())
+    budget = math.floor((1.0 - shared.slo_target) * shared.trace.requests)
+    busiest = float(
+        oracle_bound(shared.trace, shared.model, lo, shared.slo_ttft, shared.slo_target).replicas_per_window.max()
+    )
     low, high = min(max(lo, math.ceil(busiest - 1e-9)), hi), hi
+    results: dict[int, RunResult] = {}
     while low < high:
-        mid = (low + high) // 2
-        if at(mid).meets(slo_target):
-            high = mid
-        else:
-            low = mid + 1
-    return low, at(low)
+        k = min(_workers(shared, 2), high - low)
+        points = sorted({low + (high - low) * (i + 1) // (k + 1) for i in range(k)})
+        for n, result in zip(points, _run_jobs(shared, [("static", (n, budget)) for n in points], tick), strict=True):
+            results[n] = result
+        passing = [n for n in points if results[n].meets(shared.slo_target)]
+        if passing:
+            high = min(passing)
+        failing = [n for n in points if n < high and not results[n].meets(shared.slo_target)]
+        if failing:
+            low = max(failing) + 1
+    if low not in results:
+        results[low] = _run_jobs(shared, [("static", (low, budget))], tick)[0]
+    if results[low].meets(shared.slo_target):
+        return low, results[low]
+    return None, _run_jobs(shared, [("static", (hi, None))], tick)[0]  # the full run at hi, for the report
 
 
 KNOBS = {"threshold": "target", "pid": "setpoint", "predictive": "headroom"}
@@ -293,6 +288,11 @@ def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
     s = shared or _SHARED
     assert s is not None
     kind, arg = job
+    if kind == "static":
+        replicas, budget = arg
+        return run(
+            s.trace, s.model, Contender("static-best", static=replicas), replicas, s.slo_ttft, miss_budget=budget
+        )
     if kind == "keda":
         contender = keda_contender(s.document, s.workload, s.model, arg)
         return run(s.trace, s.model, contender, s.initial, s.slo_ttft)
@@ -302,11 +302,18 @@ def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
     return run(s.trace, s.model, policy_contender(doc, wl), s.initial, s.slo_ttft)
 
 
+def _workers(shared: _Shared, jobs: int) -> int:
+    """Worker processes for ``jobs`` runs: one per core on a long trace, else none (1)."""
+    if shared.trace.requests < PARALLEL_MIN_REQUESTS or "fork" not in mp.get_all_start_methods():
+        return 1
+    return max(1, min(jobs, os.cpu_count() or 1))
+
+
 def _run_jobs(shared: _Shared, jobs: list[tuple[str, Any]], tick: Callable[[str], None]) -> list[RunResult]:
     """The contenders' runs are independent: on a long trace they run in parallel worker processes,
     which inherit the trace by fork; results are the same either way."""
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers < 2 or shared.trace.requests < PARALLEL_MIN_REQUESTS or "fork" not in mp.get_all_start_methods():
+    workers = _workers(shared, len(jobs))
+    if workers < 2:
         results = []
         for job in jobs:
             results.append(_job(job, shared))
@@ -342,7 +349,8 @@ def compare(
     lo, hi = workload.min_replicas, workload.max_replicas
     total = len(policy_types) * (9 if tuning else 1) + 2 + math.ceil(math.log2(max(hi - lo, 1) + 1)) + 1
     bar = Progress(total, progress and sys.stderr.isatty())
-    best_n, best_run = static_best(trace, model, lo, hi, slo_ttft, slo_target, bar.step)
+    searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
+    best_n, best_run = static_best(searching, lo, hi, bar.step)
     # Every run starts from the fleet that carries this load, as if the controller had been running before
     # the trace began: no policy pays for a cold fleet at t=0.
     initial = best_n if best_n is not None else hi
