@@ -2,9 +2,11 @@
 
 Each replica does continuous batching: a request waits in the replica's queue until the batch has room
 (``max_num_seqs``) and the KV cache can hold its prompt and output (reserved on admission, so there is no
-preemption); the requests being prefilled share the prefill throughput equally, and prefill has priority
-over decode for the replica's time (vLLM's prefill-first scheduling); the decoding sequences each advance
-at ``decode_rate(batch)``. The first token comes when the prefill completes.
+preemption, and the KV-cache usage gauge shows that reservation: it reads 100 % exactly when the replica
+can admit nothing more, as vLLM's does when its cache is full); the requests being prefilled share the
+prefill throughput equally, and prefill has priority over decode for the replica's time (vLLM's
+prefill-first scheduling); the decoding sequences each advance at ``decode_rate(batch)``. The first
+token comes when the prefill completes.
 
 Running requests live in flat numpy arrays, so one step costs a handful of vector operations whatever
 the fleet size. Metrics are exposed as Prometheus would see them: gauges and counters scraped every
@@ -81,7 +83,6 @@ class Replica:
     waiting: deque[int] = field(default_factory=deque)
     running: int = 0
     kv_reserved: float = 0.0
-    kv_used: float = 0.0
 
     def ready(self, now: float) -> bool:
         return self.removed_at is None and self.ready_at <= now
@@ -189,7 +190,7 @@ class Fleet:
             self.dropped[req] = True
         replica.waiting.clear()
         replica.running = 0
-        replica.kv_reserved = replica.kv_used = 0.0
+        replica.kv_reserved = 0.0
         self._remove(replica, now)
 
     def _keep(self, mask: np.ndarray) -> None:
@@ -210,7 +211,7 @@ class Fleet:
             replica = candidates[self.round_robin % len(candidates)]
             self.round_robin += 1
         else:
-            replica = min(candidates, key=lambda r: (len(r.waiting), r.kv_used, r.running))
+            replica = min(candidates, key=lambda r: (len(r.waiting), r.kv_reserved, r.running))
         replica.waiting.append(req)
         return True
 
@@ -329,12 +330,6 @@ class Fleet:
                 replica.running -= 1
                 replica.kv_reserved -= kv
             self._keep(~finished)
-        # A prompt's blocks are allocated when it is admitted (vLLM's block manager), then one per token.
-        used_kv = np.bincount(
-            self.r_rep, weights=self.prompt[self.r_req] + (self.output[self.r_req] - 1.0 - self.r_dec), minlength=size
-        )
-        for replica in self.live:
-            replica.kv_used = float(used_kv[replica.index]) if replica.index < len(used_kv) else 0.0
 
     # -- what Prometheus sees ---------------------------------------------------------------------
 
@@ -353,7 +348,7 @@ class Fleet:
             up=len(up),
             waiting=float(sum(waiting)),
             running=float(sum(r.running for r in up)),
-            kv_max=max((r.kv_used / self.model.kv_cache_tokens for r in up), default=math.nan),
+            kv_max=max((r.kv_reserved / self.model.kv_cache_tokens for r in up), default=math.nan),
             ttft_p90=self._ttft_p90(now),
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
