@@ -87,28 +87,29 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations import report as reporting
-    from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
+    from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare, with_cold_start
     from simulations.replica_model import parse_overrides
     from simulations.traces import TraceError, load_trace
 
+    document = None
     if args.config:
         document = _load(args.config)
         if document is None:
             return EXIT_BAD_INPUT
-    else:
-        document = builtin_policy()
-    workload = document.workloads[0]
-    if len(document.workloads) > 1:
-        print(f"vllm-autoscaler: simulating the first workload, {workload.key}", file=sys.stderr)
+        if len(document.workloads) > 1:
+            print(f"vllm-autoscaler: simulating the first workload, {document.workloads[0].key}", file=sys.stderr)
     if not 0 < args.slo_target <= 1 or args.slo_ttft <= 0:
         _error("--slo-target must be in (0, 1] and --slo-ttft positive")
         return EXIT_BAD_INPUT
     try:
         cold = args.cold_start
-        if cold is None:
-            cold = workload.cold_start_seconds if workload.cold_start_seconds != "auto" else 300
-        model = parse_overrides([f"cold_start_s={cold}", *args.replica])
+        if cold is None and document is not None and document.workloads[0].cold_start_seconds != "auto":
+            cold = document.workloads[0].cold_start_seconds
+        model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica])
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
+        # The policy sees the cold start the simulated replicas have, as the daemon measures it under auto.
+        document = builtin_policy(model, trace) if document is None else with_cold_start(document, model.cold_start_s)
+        workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)
         types = list(dict.fromkeys(args.policy or ([workload.policy_type] if args.config else DEFAULT_POLICY_TYPES)))

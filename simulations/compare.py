@@ -13,7 +13,6 @@ Baselines, all with the workload's min and max replicas:
 
 from __future__ import annotations
 
-import copy
 import math
 import multiprocessing as mp
 import os
@@ -24,30 +23,59 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from autoscaler.policy_file import PolicyFile, Workload, parse_policy_document
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult, keda_signals, oracle_bound, run, signals_for
 from simulations.traces import Trace
 
-BUILTIN_POLICY: dict[str, Any] = {
-    "interval": 15,
-    "workloads": [
-        {
-            "target": {"kind": "Deployment", "namespace": "llm-serving", "name": "vllm-llama3-70b"},
-            "minReplicas": 2,
-            "maxReplicas": 32,
-            "coldStartSeconds": 300,
-            # Prompt tokens per second is a flow: unlike queue lengths, it does not swell when replicas slow
-            # down, which makes it the steadiest demand signal to forecast. 500 per replica is about 60 % of
-            # the default replica's prefill capacity under a realistic decode load.
-            "metrics": [
-                {"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}},
-                {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
-            ],
-            "policy": {"type": "predictive"},
-        }
-    ],
-}
+PROMPT_TOKENS_SHARE = 0.5
+RUNNING_SHARE = 0.5
+
+
+def builtin_document(model: ReplicaModel, trace: Trace | None = None) -> dict[str, Any]:
+    """The built-in workload, its targets sized for ``model``'s replica and the trace's requests, as a user
+    would size them for their own.
+
+    * Prompt tokens per second, at half the replica's prefill throughput: a flow that, unlike queue
+      lengths, does not swell when replicas slow down, so the steadiest signal to forecast; the other half
+      of the replica's compute goes to decoding and to the chunks of prompts that arrive together.
+    * Running requests at half of what a replica holds at once (``max_num_seqs``, or as many of the
+      trace's mean requests as its KV cache fits): the limit of a decode-heavy load, whose prompts are short
+      but whose sequences stay long in the cache.
+    * Two waiting requests per replica: the backlog, whatever its cause.
+
+    No KV-cache metric: the built-in one is the busiest replica's usage, and one long prompt fills a
+    replica's cache whatever the fleet's load, so as a ``Value`` target it grows with the fleet it sizes.
+    """
+    footprint = float(np.mean(trace.prompt_tokens) + np.mean(trace.output_tokens)) if trace is not None else 1_400.0
+    holds = min(float(model.max_num_seqs), model.kv_cache_tokens / max(footprint, 1.0))
+    return {
+        "interval": 15,
+        "workloads": [
+            {
+                "target": {"kind": "Deployment", "namespace": "llm-serving", "name": "vllm-llama3-70b"},
+                "minReplicas": 2,
+                "maxReplicas": 32,
+                "coldStartSeconds": max(1, round(model.cold_start_s)),
+                "metrics": [
+                    {
+                        "name": "prompt_tokens_per_second",
+                        "target": {"type": "AverageValue", "value": PROMPT_TOKENS_SHARE * model.prefill_tokens_per_s},
+                    },
+                    {
+                        "name": "num_requests_running",
+                        "target": {"type": "AverageValue", "value": round(max(1.0, RUNNING_SHARE * holds), 2)},
+                    },
+                    {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
+                ],
+                "policy": {"type": "predictive"},
+            }
+        ],
+    }
+
+
 DEFAULT_POLICY_TYPES = ("threshold", "pid", "predictive")
 
 ARTICLE_BEHAVIOR = {
@@ -59,8 +87,17 @@ ARTICLE_BEHAVIOR = {
 }
 
 
-def builtin_policy() -> PolicyFile:
-    return parse_policy_document(copy.deepcopy(BUILTIN_POLICY), "<built-in>")
+def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None) -> PolicyFile:
+    return parse_policy_document(builtin_document(model or ReplicaModel(), trace), "<built-in>")
+
+
+def with_cold_start(document: PolicyFile, seconds: float) -> PolicyFile:
+    """The document with every workload's ``coldStartSeconds`` set: the simulator knows its replicas' cold
+    start, as the daemon measures it under ``auto``."""
+    data = document.model_dump(by_alias=True, exclude_none=True, mode="json")
+    for workload in data["workloads"]:
+        workload["coldStartSeconds"] = max(1, round(seconds))
+    return parse_policy_document(data, "<simulated>")
 
 
 def _workload_dict(workload: Workload) -> dict[str, Any]:
@@ -199,13 +236,16 @@ def _knob_variant(
 ) -> tuple[PolicyFile, Workload]:
     """The workload with the sizing knob of ``policy_type`` set to ``value``.
 
-    ``threshold``: the target of its first metric (the waiting or running target); ``pid``: its setpoint;
+    ``threshold``: the target of its first metric, the other targets scaled with it (so that, like a
+    headroom, the knob sets the capacity asked of each replica on every signal); ``pid``: its setpoint;
     ``predictive``: its headroom.
     """
     policy = dict(_policy_block(workload, policy_type))
     if policy_type == "threshold":
         metrics = [m.model_dump(by_alias=True, exclude_none=True, mode="json") for m in workload.metrics]
-        metrics[0]["target"]["value"] = value
+        scale = value / metrics[0]["target"]["value"]
+        for metric in metrics:
+            metric["target"]["value"] = value if metric is metrics[0] else metric["target"]["value"] * scale
         return policy_variant(document, workload, policy, metrics)
     policy["setpoint" if policy_type == "pid" else "headroom"] = value
     return policy_variant(document, workload, policy)
@@ -228,16 +268,22 @@ def tune(
     tick: Callable[[str], None],
     steps: int = 7,
 ) -> RunResult:
-    """The cheapest setting of the policy's sizing knob that meets the SLO target (bisection in log space
-    for a target or setpoint, which cost less as they grow; linear for headroom, which costs more)."""
+    """The cheapest setting of the policy's sizing knob that meets the SLO target, by bisection between a
+    safe end and a cheap end.
+
+    The three knobs are searched over the same span of capacity per replica, in log space: a target or
+    setpoint from 1/8 to 4 times the file's (capacity falls as it shrinks), a headroom ``h`` with ``1 + h``
+    from 8 down to 1/4 (a negative headroom runs replicas hotter than the targets). So the tuned policies
+    are compared at equal effort, with the same sizes tried.
+    """
     first = workload.metrics[0].target.value
     if policy_type == "predictive":
-        lo, hi = 0.0, 2.0
+        lo, hi = math.log(0.25), math.log(8.0)
     else:
         lo, hi = math.log(first / 8.0), math.log(first * 4.0)
 
     def value(x: float) -> float:
-        return round(x, 4) if policy_type == "predictive" else round(math.exp(x), 4)
+        return round(math.exp(x) - 1.0, 4) if policy_type == "predictive" else round(math.exp(x), 4)
 
     def attempt(x: float) -> RunResult:
         doc, wl = _knob_variant(document, workload, policy_type, value(x))

@@ -190,3 +190,52 @@ def test_simulate_rejects_a_metric_it_cannot_provide(tmp_path: Path, capsys: pyt
     )
     assert main(["simulate", "--config", str(policy), "--time-scale", "8"]) == 2
     assert "cannot provide metric 'gpu_temperature'" in capsys.readouterr().err
+
+
+def test_the_builtin_workload_is_sized_for_the_replica_and_the_trace() -> None:
+    trace = Trace("t", np.array([0.0, 1.0]), np.array([900, 1100]), np.array([100, 300]))
+    targets = {
+        m.name: m.target.value
+        for m in builtin_policy(ReplicaModel(prefill_tokens_per_s=3000, kv_cache_tokens=60_000), trace)
+        .workloads[0]
+        .metrics
+    }
+    # Half the prefill throughput; half of the 50 mean requests (1,000 + 200 tokens) the KV cache holds.
+    assert targets == {"prompt_tokens_per_second": 1500, "num_requests_running": 25, "num_requests_waiting": 2}
+
+
+def test_the_policy_sees_the_simulated_cold_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"2023-11-16 18:{m:02d}:00.0000000,500,50\n" for m in range(30))
+    )
+    assert (
+        main(["simulate", "--trace", str(trace), "--cold-start", "42", "--policy", "predictive", "--out", str(out)])
+        == 0
+    )
+    from simulations.compare import with_cold_start
+
+    assert with_cold_start(builtin_policy(), 42).workloads[0].cold_start_seconds == 42
+    assert json.loads(out.read_text())["model"]["cold_start_s"] == 42
+
+
+def test_tuning_tries_the_same_capacities_for_threshold_and_predictive() -> None:
+    from simulations.compare import _knob_variant
+
+    document = builtin_policy()
+    workload = document.workloads[0]
+    _, scaled = _knob_variant(document, workload, "threshold", 250.0)  # half the built-in 500
+    assert [m.target.value for m in scaled.metrics] == [250.0, pytest.approx(workload.metrics[1].target.value / 2), 1.0]
+    _, hot = _knob_variant(document, workload, "predictive", -0.5)
+    assert hot.policy["headroom"] == -0.5
+
+
+def test_the_kv_gauge_shows_what_is_reserved() -> None:
+    model = ReplicaModel(kv_cache_tokens=10_000)
+    fleet = Fleet(model, Trace("kv", np.array([0.0]), np.array([4000]), np.array([1000])), 1)
+    for i in range(20):
+        fleet.step(float(i))
+    scrape = fleet.latest_scrape(20.0)
+    assert scrape is not None and scrape.kv_max == pytest.approx(0.5)
