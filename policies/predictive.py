@@ -6,21 +6,30 @@ Demand is measured in replicas, per metric, by ``demand_in_replicas``:
 * a ``Value`` metric (a level such as KV-cache usage, shared by the replicas that are Ready) carries
   ``level * ready`` replica-levels of load and so needs ``level * ready / target`` replicas.
 
-The workload's demand at a tick is the largest of its metrics'. Double exponential smoothing (Holt: an
-EWMA of the level with weight ``alpha`` and of the trend, per second, with weight ``beta``, both over the
-real time between ticks) forecasts it ``horizon`` seconds ahead, by default ``coldStartSeconds +
-interval``: a replica asked for now is ready when that load arrives. A noisy trend extrapolated over
-minutes can explode, so the forecast grows by at most ``maxGrowth`` times the level (0.5 by default).
-The proposal covers ``max(forecast, demand now) * (1 + headroom)``, so the policy scales out ahead of a
-rising load but never scales in on a forecast alone: a scale-in needs the present load to allow it too.
-A proposal within
-``tolerance`` of the current count keeps it, as in the HPA.
+The workload's demand ``d`` at a tick is the largest of its metrics'. Two things can outrun a replica
+that takes ``horizon`` seconds (by default ``coldStartSeconds + interval``) to serve:
+
+* bursts, which arrive faster than any replica starts: only capacity held in advance absorbs them, the
+  ``headroom`` (a fraction of ``d``);
+* a sustained rise, which headroom absorbs only while it is small: the least-squares trend of the demand
+  over the last ``trendWindowSeconds`` (by default twice the horizon), extrapolated over the horizon and
+  capped at ``maxGrowth`` times ``d``. It counts only when it is significant and rises in both halves of
+  the window (``TrendState.growth``), so a load that wanders or has just stepped up is not extrapolated.
+
+The proposal is ``d * (1 + headroom)``, raised by the part of the trend's growth that the headroom does
+not already cover; so the policy scales out ahead of a ramp but never scales in on a forecast: a scale-in
+needs the present demand to allow it. A negative headroom runs replicas hotter than the metrics' targets.
+A proposal within ``tolerance`` of the current count keeps it, as in the HPA.
+
+Measured on recorded traces (README, "Simulation"): minute-level LLM load mostly wanders and steps, so
+the SLO is decided by headroom, and a trend is worth extrapolating only on sustained ramps.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -30,39 +39,63 @@ from policies.replica_calculator import demand_in_replicas
 from policies.spec import StrictModel
 from policies.threshold import tolerance_for
 
+SIGNIFICANCE = 3.0
+
 
 class PredictiveParams(StrictModel):
     type: Literal["predictive"] = "predictive"
-    alpha: float = Field(default=0.5, gt=0, le=1)
-    beta: float = Field(default=0.3, ge=0, le=1)
-    headroom: float = Field(default=0.2, ge=0, le=10)
+    trend_window_seconds: float | None = Field(default=None, alias="trendWindowSeconds", gt=0)
+    headroom: float = Field(default=0.6, ge=-0.75, le=10)
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     horizon_seconds: float | None = Field(default=None, alias="horizonSeconds", ge=0)
     max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0)
 
 
 @dataclass
-class HoltState:
-    last_at: float | None = None
-    level: float = 0.0
-    trend: float = 0.0
+class TrendState:
+    """The demand samples of the last ``window`` seconds."""
 
-    def update(self, demand: float, now: float, alpha: float, beta: float) -> None:
-        if self.last_at is None:
-            self.level, self.trend, self.last_at = demand, 0.0, now
-            return
-        dt = now - self.last_at
-        if dt <= 0:
-            self.level = alpha * demand + (1 - alpha) * self.level
-            return
-        previous = self.level
-        self.level = alpha * demand + (1 - alpha) * (previous + self.trend * dt)
-        self.trend = beta * (self.level - previous) / dt + (1 - beta) * self.trend
-        self.last_at = now
+    samples: deque[tuple[float, float]] = field(default_factory=deque)
 
-    def forecast(self, horizon: float, max_growth: float) -> float:
-        """The level ``horizon`` seconds ahead, growing by at most ``max_growth`` times the level."""
-        return min(max(0.0, self.level + self.trend * horizon), self.level * (1.0 + max_growth))
+    def update(self, demand: float, now: float, window: float) -> None:
+        if self.samples and now <= self.samples[-1][0]:
+            self.samples[-1] = (self.samples[-1][0], demand)
+        else:
+            self.samples.append((now, demand))
+        while self.samples and self.samples[0][0] < now - window:
+            self.samples.popleft()
+
+    def growth(self, horizon: float, window: float) -> float:
+        """The rise a sustained trend adds over ``horizon`` seconds; 0 when there is none.
+
+        A trend counts only when it is significant (the least-squares slope less three standard errors)
+        over the whole window and rises in both of its halves: a load that only wanders has no trend worth
+        extrapolating over minutes, and a step (a surge that has already arrived) rises across the window
+        but not within its halves, and extrapolating it would buy replicas after the need has come.
+        """
+        samples = list(self.samples)
+        half = len(samples) // 2
+        if half < 3 or samples[-1][0] - samples[0][0] < 0.75 * window:
+            return 0.0  # too short a history to tell a trend (a trace or a daemon just starting)
+        whole = _slope(samples, shrink=SIGNIFICANCE)
+        sustained = min(whole, _slope(samples[:half]), _slope(samples[half:]))
+        return max(0.0, sustained) * horizon
+
+
+def _slope(samples: list[tuple[float, float]], shrink: float = 0.0) -> float:
+    """The least-squares slope of ``samples``, moved ``shrink`` standard errors toward zero."""
+    n = len(samples)
+    mean_t = sum(t for t, _ in samples) / n
+    mean_d = sum(d for _, d in samples) / n
+    sxx = sum((t - mean_t) ** 2 for t, _ in samples)
+    if sxx <= 0:
+        return 0.0
+    slope = sum((t - mean_t) * (d - mean_d) for t, d in samples) / sxx
+    if not shrink:
+        return slope
+    residual = sum((d - mean_d - slope * (t - mean_t)) ** 2 for t, d in samples)
+    error = math.sqrt(residual / (n - 2) / sxx)
+    return math.copysign(max(0.0, abs(slope) - shrink * error), slope)
 
 
 class PredictivePolicy:
@@ -72,8 +105,14 @@ class PredictivePolicy:
     def __init__(self, params: PredictiveParams, ctx: WorkloadContext) -> None:
         self.params = params
         self.ctx = ctx
-        self.state = HoltState()
+        self.state = TrendState()
         self.tolerance = tolerance_for(ctx, params.tolerance)
+
+    @property
+    def trend_window(self) -> float:
+        if self.params.trend_window_seconds is not None:
+            return self.params.trend_window_seconds
+        return max(2 * self.horizon, 8 * self.ctx.interval)
 
     @property
     def horizon(self) -> float:
@@ -95,9 +134,11 @@ class PredictivePolicy:
         if not demands:
             return Proposal(None, "metrics-unavailable", details)
         demand = max(demands.values())
-        self.state.update(demand, observation.now, self.params.alpha, self.params.beta)
-        forecast = self.state.forecast(self.horizon, self.params.max_growth)
-        need = max(forecast, demand) * (1 + self.params.headroom)
+        self.state.update(demand, observation.now, self.trend_window)
+        growth = min(self.state.growth(self.horizon, self.trend_window), self.params.max_growth * demand)
+        forecast = demand + growth
+        headroom = self.params.headroom
+        need = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
         details.update(forecast=forecast, horizon=self.horizon, need=need)
         if current > 0 and self.tolerance.within(need / current):
             replicas = current

@@ -185,11 +185,12 @@ RAMP = [2.0] * 20 + [2.0 + 2 * (i * RAMP_INTERVAL / 60.0) for i in range(1, 300)
 
 @pytest.mark.parametrize("cold_start", [120, 300, 600])
 def test_predictive_scales_up_a_cold_start_ahead_of_threshold_on_a_ramp(cold_start: int) -> None:
-    # Tolerance 0 on both sides, so that the lead measured is the forecast's, not the band's phase.
+    # Tolerance 0 on both sides, so that the lead measured is the forecast's, not the band's phase. The
+    # levels are reached once the trend window (twice the horizon) lies on the ramp.
     common = {"maxReplicas": 400, "behavior": FREE, "coldStartSeconds": cold_start}
     threshold = _run(_decider(**common, policy={"type": "threshold", "tolerance": 0}), RAMP, 1)
     predictive = _run(_decider(**common, policy={"type": "predictive", "tolerance": 0, "headroom": 0}), RAMP, 1)
-    for level in (30, 40, 60):
+    for level in (40, 50, 60):
         lead = (_first_reach(threshold, level) - _first_reach(predictive, level)) * RAMP_INTERVAL
         assert lead >= cold_start - RAMP_INTERVAL, (level, lead)
 
@@ -203,7 +204,7 @@ def test_predictive_is_never_later_than_threshold_with_default_tolerance() -> No
 
 
 def test_predictive_never_scales_in_on_the_forecast_alone() -> None:
-    decider = _decider(maxReplicas=50, behavior=FREE, policy={"type": "predictive", "beta": 0.9, "headroom": 0})
+    decider = _decider(maxReplicas=50, behavior=FREE, policy={"type": "predictive", "headroom": 0})
     # Falling fast: the forecast is near zero, but the present still needs 10 replicas.
     levels = _run(decider, [40, 36, 32, 28, 24, 20, 20, 20], 20)
     assert all(
@@ -257,3 +258,30 @@ def test_no_further_scale_up_while_new_replicas_are_starting() -> None:
     assert decider.decide(Observation(0.0, 8, {"kv_cache_usage_perc": 1.0}, ready_replicas=4)).desired == 8
     # Once all 8 are Ready and still at 1.0, the load really needs 10.
     assert decider.decide(Observation(15.0, 8, {"kv_cache_usage_perc": 1.0}, ready_replicas=8)).desired == 10
+
+
+def test_predictive_does_not_extrapolate_a_step() -> None:
+    """A surge that has arrived and stays is sized by the headroom, not extrapolated as if it kept rising."""
+    decider = _decider(maxReplicas=400, behavior=FREE, policy={"type": "predictive", "headroom": 0.5, "tolerance": 0})
+    step = [20.0] * 60 + [40.0] * 60  # 10 then 20 replicas' worth of waiting, 15 s apart
+    levels = _run(decider, step, 10)
+    assert max(levels) == 30 and levels[-1] == 30
+
+
+def test_predictive_extrapolates_a_sustained_ramp_past_its_headroom() -> None:
+    def final(headroom: float) -> int:
+        policy = {"type": "predictive", "headroom": headroom, "tolerance": 0}
+        return _run(_decider(maxReplicas=400, behavior=FREE, policy=policy), RAMP, 1)[-1]
+
+    # At the end the demand is 75.75 replicas, rising by one a minute: the horizon (5 min 15 s) adds 5.25.
+    assert final(0.0) == 81
+    # A 5 % headroom (3.8) covers part of that rise: the trend adds the rest.
+    assert final(0.05) == 81
+    # A 10 % headroom (7.6) covers it all.
+    assert final(0.1) == math.ceil(75.75 * 1.1)
+
+
+@pytest.mark.parametrize(("headroom", "expected"), [(0.0, 10), (1.0, 20), (-0.5, 5)])
+def test_predictive_headroom_sizes_a_flat_load(headroom: float, expected: int) -> None:
+    decider = _decider(maxReplicas=400, behavior=FREE, policy={"type": "predictive", "headroom": headroom})
+    assert _run(decider, [20.0] * 80, 10)[-1] == expected

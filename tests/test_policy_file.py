@@ -117,8 +117,8 @@ def _problems(document: dict[str, object]) -> list[str]:
         ),
         ({"policy": {"type": "pid", "kq": 1}}, "workloads[0].policy.kq: Extra inputs are not permitted"),
         (
-            {"policy": {"type": "predictive", "alpha": 2}},
-            "workloads[0].policy.alpha: Input should be less than or equal to 1",
+            {"policy": {"type": "predictive", "headroom": -1}},
+            "workloads[0].policy.headroom: Input should be greater than or equal to -0.75",
         ),
         (
             {"policy": {"type": "pid", "metric": "nope"}},

@@ -36,9 +36,8 @@ policy_block = st.one_of(
     st.fixed_dictionaries(
         {
             "type": st.just("predictive"),
-            "alpha": st.floats(0.05, 1),
-            "beta": st.floats(0, 1),
-            "headroom": st.floats(0, 1),
+            "trendWindowSeconds": st.floats(15, 1800),
+            "headroom": st.floats(-0.75, 1),
         }
     ),
 )
