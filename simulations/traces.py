@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -79,42 +80,33 @@ def _parse_time(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def _csv_rows(path: Path, required: list[str]) -> tuple[csv.DictReader[str], list[str]]:
-    handle = path.open(newline="", encoding="utf-8")
-    reader = csv.DictReader(handle)
-    header = [h.strip() for h in reader.fieldnames or []]
-    missing = [c for c in required if c not in header]
-    if missing:
-        handle.close()
-        raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}; found {', '.join(header)}")
-    reader.fieldnames = header
-    return reader, header
+def _read_request_csv(path: Path, columns: tuple[str, str, str], parse_time: Callable[[str], float]) -> Trace:
+    """A CSV with one request per row: its arrival, prompt tokens and output tokens in ``columns``."""
+    time_column, prompt_column, output_column = columns
+    arrivals, prompts, outputs = [], [], []
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        header = [h.strip() for h in reader.fieldnames or []]
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}; found {', '.join(header)}")
+        reader.fieldnames = header
+        for row in reader:
+            try:
+                arrivals.append(parse_time(row[time_column]))
+                prompts.append(int(float(row[prompt_column])))
+                outputs.append(int(float(row[output_column])))
+            except (TypeError, ValueError) as exc:
+                raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
+    return _finish(path.name, arrivals, prompts, outputs)
 
 
 def read_azure(path: Path) -> Trace:
-    reader, _ = _csv_rows(path, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
-    arrivals, prompts, outputs = [], [], []
-    for row in reader:
-        try:
-            arrivals.append(_parse_time(row["TIMESTAMP"]))
-            prompts.append(int(float(row["ContextTokens"])))
-            outputs.append(int(float(row["GeneratedTokens"])))
-        except (TypeError, ValueError) as exc:
-            raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
-    return _finish(path.name, arrivals, prompts, outputs)
+    return _read_request_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), _parse_time)
 
 
 def read_burstgpt(path: Path) -> Trace:
-    reader, _ = _csv_rows(path, ["Timestamp", "Request tokens", "Response tokens"])
-    arrivals, prompts, outputs = [], [], []
-    for row in reader:
-        try:
-            arrivals.append(float(row["Timestamp"]))
-            prompts.append(int(float(row["Request tokens"])))
-            outputs.append(int(float(row["Response tokens"])))
-        except (TypeError, ValueError) as exc:
-            raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
-    return _finish(path.name, arrivals, prompts, outputs)
+    return _read_request_csv(path, ("Timestamp", "Request tokens", "Response tokens"), float)
 
 
 def read_mooncake(path: Path) -> Trace:

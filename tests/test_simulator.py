@@ -239,3 +239,20 @@ def test_the_kv_gauge_shows_what_is_reserved() -> None:
         fleet.step(float(i))
     scrape = fleet.latest_scrape(20.0)
     assert scrape is not None and scrape.kv_max == pytest.approx(0.5)
+
+
+def test_request_csvs_name_the_missing_column_and_the_bad_line(tmp_path: Path) -> None:
+    burst = tmp_path / "burst.csv"
+    burst.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,m,100,20,120,x\n1,m,50,10,60,x\n"
+    )
+    trace = load_trace(burst)
+    assert trace.arrival_s.tolist() == [0.0, 4.0] and trace.prompt_tokens.tolist() == [50, 100]
+    no_output = tmp_path / "azure.csv"
+    no_output.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,374\n")
+    with pytest.raises(TraceError, match=r"azure.csv:1: missing column\(s\) GeneratedTokens"):
+        load_trace(no_output, "azure")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:47,x,1\n")
+    with pytest.raises(TraceError, match=r"bad.csv:3: "):
+        load_trace(bad, "azure")
