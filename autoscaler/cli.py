@@ -87,7 +87,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations import report as reporting
-    from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare, with_cold_start
+    from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
     from simulations.replica_model import parse_overrides
     from simulations.traces import TraceError, load_trace
 
@@ -107,8 +107,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             cold = document.workloads[0].cold_start_seconds
         model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica])
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
-        # The policy sees the cold start the simulated replicas have, as the daemon measures it under auto.
-        document = builtin_policy(model, trace) if document is None else with_cold_start(document, model.cold_start_s)
+        if document is None:
+            document = builtin_policy(model, trace)
         workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)

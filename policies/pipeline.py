@@ -64,7 +64,8 @@ class WorkloadDecider:
         return self.ctx.behavior
 
     def set_cold_start(self, seconds: float) -> None:
-        """Use a measured cold start from now on (``coldStartSeconds: auto``)."""
+        """Use the replicas' real cold start from now on: the daemon's measurement under
+        ``coldStartSeconds: auto``, or the simulated replicas' own."""
         self.ctx = replace(self.ctx, cold_start_seconds=seconds)
         if hasattr(self.policy, "ctx"):
             self.policy.ctx = self.ctx

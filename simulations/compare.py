@@ -91,15 +91,6 @@ def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None
     return parse_policy_document(builtin_document(model or ReplicaModel(), trace), "<built-in>")
 
 
-def with_cold_start(document: PolicyFile, seconds: float) -> PolicyFile:
-    """The document with every workload's ``coldStartSeconds`` set: the simulator knows its replicas' cold
-    start, as the daemon measures it under ``auto``."""
-    data = document.model_dump(by_alias=True, exclude_none=True, mode="json")
-    for workload in data["workloads"]:
-        workload["coldStartSeconds"] = max(1, round(seconds))
-    return parse_policy_document(data, "<simulated>")
-
-
 def _workload_dict(workload: Workload) -> dict[str, Any]:
     return workload.model_dump(by_alias=True, exclude_none=True, mode="json")
 
@@ -117,12 +108,18 @@ def policy_variant(
 
 
 def policy_contender(
-    document: PolicyFile, workload: Workload, name: str | None = None, tuned: dict[str, float] | None = None
+    document: PolicyFile,
+    workload: Workload,
+    model: ReplicaModel,
+    name: str | None = None,
+    tuned: dict[str, float] | None = None,
 ) -> Contender:
+    """The workload's decider, told the simulated replicas' cold start as the daemon's is told the one it
+    measures: the policy looks ahead by the cold start the fleet really has."""
+    decider = document.decider(workload)
+    decider.set_cold_start(model.cold_start_s)
     signals = signals_for([m.name for m in workload.metrics])
-    return Contender(
-        name or workload.policy_type, float(document.interval), document.decider(workload), signals, tuned=tuned
-    )
+    return Contender(name or workload.policy_type, float(document.interval), decider, signals, tuned=tuned)
 
 
 def keda_contender(document: PolicyFile, workload: Workload, model: ReplicaModel, average: bool) -> Contender:
@@ -288,7 +285,11 @@ def tune(
     def attempt(x: float) -> RunResult:
         doc, wl = _knob_variant(document, workload, policy_type, value(x))
         result = run(
-            trace, model, policy_contender(doc, wl, policy_type, {KNOBS[policy_type]: value(x)}), initial, slo_ttft
+            trace,
+            model,
+            policy_contender(doc, wl, model, policy_type, {KNOBS[policy_type]: value(x)}),
+            initial,
+            slo_ttft,
         )
         tick(f"tune {policy_type} {value(x)}")
         return result
@@ -345,7 +346,7 @@ def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
     if kind == "tune":
         return tune(s.trace, s.model, s.document, s.workload, arg, s.initial, s.slo_ttft, s.slo_target, lambda _: None)
     doc, wl = policy_variant(s.document, s.workload, _policy_block(s.workload, arg))
-    return run(s.trace, s.model, policy_contender(doc, wl), s.initial, s.slo_ttft)
+    return run(s.trace, s.model, policy_contender(doc, wl, s.model), s.initial, s.slo_ttft)
 
 
 def _workers(shared: _Shared, jobs: int) -> int:

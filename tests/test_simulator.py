@@ -215,9 +215,11 @@ def test_the_policy_sees_the_simulated_cold_start(tmp_path: Path, capsys: pytest
         main(["simulate", "--trace", str(trace), "--cold-start", "42", "--policy", "predictive", "--out", str(out)])
         == 0
     )
-    from simulations.compare import with_cold_start
+    from simulations.compare import policy_contender
 
-    assert with_cold_start(builtin_policy(), 42).workloads[0].cold_start_seconds == 42
+    document = builtin_policy()  # a file's coldStartSeconds (300) gives way to the replicas' own
+    contender = policy_contender(document, document.workloads[0], ReplicaModel(cold_start_s=42))
+    assert contender.decider is not None and contender.decider.policy.horizon == 42 + document.interval  # type: ignore[attr-defined]
     assert json.loads(out.read_text())["model"]["cold_start_s"] == 42
 
 
