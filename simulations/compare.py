@@ -49,6 +49,7 @@ def builtin_document(model: ReplicaModel, trace: Trace | None = None) -> dict[st
     No KV-cache metric: the built-in one is the busiest replica's usage, and one long prompt fills a
     replica's cache whatever the fleet's load, so as a ``Value`` target it grows with the fleet it sizes.
     """
+    # Without a trace, about the mean request of the Azure conversation trace (1,155 + 211 tokens).
     footprint = float(np.mean(trace.prompt_tokens) + np.mean(trace.output_tokens)) if trace is not None else 1_400.0
     holds = min(float(model.max_num_seqs), model.kv_cache_tokens / max(footprint, 1.0))
     return {
