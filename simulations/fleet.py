@@ -45,10 +45,13 @@ def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray)
     boundary[0] = True
     np.not_equal(g[1:], g[:-1], out=boundary[1:])
     starts = np.flatnonzero(boundary)
-    sizes = np.diff(np.append(starts, n))
+    sizes = np.empty_like(starts)
+    sizes[:-1] = starts[1:] - starts[:-1]
+    sizes[-1] = n - starts[-1]
     first = np.repeat(starts, sizes)
     rank = np.arange(n) - first
-    remaining = np.repeat(sizes, sizes) - rank  # members still sharing when this one is reached
+    size = np.repeat(sizes, sizes)
+    remaining = size - rank  # members still sharing when this one is reached
     cap = capacity[g]
     previous = np.empty(n)
     previous[0] = 0.0
@@ -59,13 +62,15 @@ def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray)
     offset = np.repeat(spent[starts] - ((d - previous) * remaining)[starts], sizes)
     spent = spent - offset
     finishes = spent <= cap * (1 + 1e-12)
-    # The level reached by those who do not finish: what is left, shared by those left.
-    unfinished = np.where(finishes, n, rank)
-    first_short = np.minimum.reduceat(unfinished, starts)
-    short_at = np.repeat(first_short, sizes)
-    before = np.where(short_at > 0, spent[np.clip(first + short_at - 1, 0, n - 1)], 0.0)
-    base = np.where(short_at > 0, d[np.clip(first + short_at - 1, 0, n - 1)], 0.0)
-    level = base + (cap - before) / np.maximum(np.repeat(sizes, sizes) - short_at, 1)
+    # The level reached by those who do not finish: what is left, shared by those left. ``short_at`` is
+    # the rank of the group's first member that does not finish (its size if all do); the member before
+    # it (index -1 when there is none, masked out) is the last to finish.
+    short_at = np.repeat(np.minimum.reduceat(np.where(finishes, size, rank), starts), sizes)
+    last_done = first + short_at - 1
+    any_done = short_at > 0
+    before = np.where(any_done, spent[last_done], 0.0)
+    base = np.where(any_done, d[last_done], 0.0)
+    level = base + (cap - before) / np.maximum(size - short_at, 1)
     received = np.where(finishes, d, level)
     frac = np.where(finishes, spent / np.maximum(cap, 1e-12), 2.0)
     out_received, out_frac = np.empty(n), np.empty(n)
@@ -115,6 +120,8 @@ class Fleet:
         self.arrival = trace.arrival_s
         self.prompt = trace.prompt_tokens.astype(np.float64)
         self.output = trace.output_tokens.astype(np.float64)
+        # The KV cache a request reserves on admission: its prompt and output, at most the whole cache.
+        self.footprint = np.minimum(self.prompt + self.output, model.kv_cache_tokens)
         self.first_token = np.full(n, np.nan)
         self.admitted = np.full(n, np.nan)
         self.finished = np.full(n, np.nan)
@@ -129,7 +136,6 @@ class Fleet:
         self.r_req = np.zeros(0, dtype=np.int64)
         self.r_pre = np.zeros(0)
         self.r_dec = np.zeros(0)
-        self.r_kv = np.zeros(0)
         self.r_start = np.zeros(0)
         self.prompt_tokens_total = 0.0
         self.generation_tokens_total = 0.0
@@ -195,36 +201,42 @@ class Fleet:
 
     def _keep(self, mask: np.ndarray) -> None:
         self.r_rep, self.r_req = self.r_rep[mask], self.r_req[mask]
-        self.r_pre, self.r_dec, self.r_kv, self.r_start = (
-            self.r_pre[mask],
-            self.r_dec[mask],
-            self.r_kv[mask],
-            self.r_start[mask],
-        )
+        self.r_pre, self.r_dec, self.r_start = self.r_pre[mask], self.r_dec[mask], self.r_start[mask]
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def _route(self, req: int, candidates: list[Replica]) -> bool:
-        if not candidates:
-            return False
+    def _route(self, reqs: list[int], candidates: list[Replica]) -> None:
+        """Send requests, in order, to the replicas that take traffic (there is at least one).
+
+        Least-waiting routing picks, for each request, the replica with the fewest waiting, then the least
+        KV reserved, then the fewest running, the first such in ``candidates``; only the waiting counts
+        change while a step's arrivals are routed (admission comes after), so the keys are built once.
+        """
+        if not reqs:
+            return
         if self.model.routing == "round-robin":
-            replica = candidates[self.round_robin % len(candidates)]
-            self.round_robin += 1
-        else:
-            replica = min(candidates, key=lambda r: (len(r.waiting), r.kv_reserved, r.running))
-        replica.waiting.append(req)
-        return True
+            for req in reqs:
+                candidates[self.round_robin % len(candidates)].waiting.append(req)
+                self.round_robin += 1
+            return
+        keys = [[len(r.waiting), r.kv_reserved, r.running] for r in candidates]
+        pick = keys.__getitem__
+        slots = range(len(candidates))
+        for req in reqs:
+            i = min(slots, key=pick)
+            candidates[i].waiting.append(req)
+            keys[i][0] += 1
 
     def _admit(self, now: float) -> None:
-        cap, max_seqs = self.model.kv_cache_tokens, self.model.max_num_seqs
+        cap, max_seqs, footprint = self.model.kv_cache_tokens, self.model.max_num_seqs, self.footprint
         reps: list[int] = []
         reqs: list[int] = []
         for replica in self.live:
-            if replica.ready_at > now:
+            if not replica.waiting or replica.ready_at > now:
                 continue
             while replica.waiting and replica.running < max_seqs:
                 req = replica.waiting[0]
-                need = min(self.prompt[req] + self.output[req], cap)
+                need = footprint[req]
                 if replica.running and replica.kv_reserved + need > cap:
                     break
                 replica.waiting.popleft()
@@ -240,7 +252,6 @@ class Fleet:
         self.r_req = np.concatenate([self.r_req, idx])
         self.r_pre = np.concatenate([self.r_pre, self.prompt[idx]])
         self.r_dec = np.concatenate([self.r_dec, self.output[idx] - 1.0])
-        self.r_kv = np.concatenate([self.r_kv, np.minimum(self.prompt[idx] + self.output[idx], cap)])
         self.r_start = np.concatenate([self.r_start, np.maximum(self.arrival[idx], now)])
 
     def step(self, now: float) -> None:
@@ -248,14 +259,13 @@ class Fleet:
         dt, model = self.model.step_s, self.model
         end = now + dt
         candidates = [r for r in self.live if r.draining_since is None and r.ready_at <= now]
-        while self.router_queue and self._route(self.router_queue[0], candidates):
-            self.router_queue.popleft()
-        n = len(self.arrival)
-        while self.next_arrival < n and self.arrival[self.next_arrival] < end:
-            req = self.next_arrival
-            if self.router_queue or not self._route(req, candidates):
-                self.router_queue.append(req)
-            self.next_arrival += 1
+        arrived = int(np.searchsorted(self.arrival, end, side="left"))
+        if candidates:
+            self._route([*self.router_queue, *range(self.next_arrival, arrived)], candidates)
+            self.router_queue.clear()
+        else:
+            self.router_queue.extend(range(self.next_arrival, arrived))
+        self.next_arrival = arrived
         self._admit(now)
         self.replica_seconds += self.existing * dt
         if len(self.r_req):
@@ -280,7 +290,6 @@ class Fleet:
         avail = np.minimum((end - self.r_start) / dt, 1.0)
         prefilling = self.r_pre > 0
         rep_p = self.r_rep[prefilling]
-        np.bincount(rep_p, minlength=size)
         pending = np.bincount(rep_p, weights=self.r_pre[prefilling], minlength=size)
         batch = np.bincount(self.r_rep[~prefilling], minlength=size).astype(float)
         room = np.maximum(budget - batch, 0.0)
@@ -324,8 +333,9 @@ class Fleet:
             finished |= decoding & (dec <= 1e-9)
             self.r_dec = dec
         if finished.any():
-            self.finished[self.r_req[finished]] = end
-            for rep, kv in zip(self.r_rep[finished].tolist(), self.r_kv[finished].tolist(), strict=True):
+            done = self.r_req[finished]
+            self.finished[done] = end
+            for rep, kv in zip(self.r_rep[finished].tolist(), self.footprint[done].tolist(), strict=True):
                 replica = self.replicas[rep]
                 replica.running -= 1
                 replica.kv_reserved -= kv
