@@ -258,3 +258,26 @@ def test_request_csvs_name_the_missing_column_and_the_bad_line(tmp_path: Path) -
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:47,x,1\n")
     with pytest.raises(TraceError, match=r"bad.csv:3: "):
         load_trace(bad, "azure")
+
+
+def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_more_than_threshold() -> None:
+    trace = synthetic_day(seed=4, mean_rps=1.5, hours=0.5, bursts=2)
+    model = ReplicaModel(cold_start_s=120)
+    document = builtin_policy(model, trace)
+    plain = {
+        r.policy: r
+        for r in compare(trace, model, document, ["threshold", "predictive"], 2.0, 0.99, progress=False).results
+    }
+    tuned = {
+        r.policy: r
+        for r in compare(
+            trace, model, document, ["threshold", "predictive"], 2.0, 0.99, tuning=True, progress=False
+        ).results
+    }
+    for name in ("threshold", "predictive"):
+        assert tuned[name].meets(0.99), name
+        if plain[name].meets(0.99):
+            assert tuned[name].gpu_hours <= plain[name].gpu_hours + 1e-9, name
+    assert tuned["predictive"].gpu_hours <= tuned["threshold"].gpu_hours + 1e-9
+    assert set(tuned["predictive"].tuned or {}) == {"headroom", "maxGrowth"}
+    assert set(tuned["threshold"].tuned or {}) == {"target"}
