@@ -278,8 +278,8 @@ def tune(
 
     ``predictive`` has a second setting, its trend (``maxGrowth``). Its headroom is searched with the trend
     off, which makes the search step for step the threshold's; then the trend, as the file sets it, is
-    tried at the headroom found and kept if it is cheaper at the SLO. So tuned ``predictive`` costs no more
-    than tuned ``threshold``, and the report says whether the trend paid on this traffic.
+    tried at the headroom found and kept if it meets the SLO for less (or alone meets it). So tuned
+    ``predictive`` costs no more than tuned ``threshold``, and the report says whether the trend paid.
     """
     first = workload.metrics[0].target.value
     if policy_type == "predictive":
@@ -299,16 +299,15 @@ def tune(
         tick(f"tune {policy_type} {value(x)}")
         return result
 
-    # Safe end: most capacity (small target, big headroom); cheap end: the opposite.
-    safe_x, cheap_x = (hi, lo) if policy_type == "predictive" else (lo, hi)
-    best_x, best = safe_x, attempt(safe_x)
-    if not best.meets(slo_target):
-        return best
-    cheap = attempt(cheap_x)
-    if cheap.meets(slo_target):
-        if cheap.gpu_hours <= best.gpu_hours:
-            best_x, best = cheap_x, cheap
-    else:
+    def search() -> tuple[float, RunResult]:
+        """Bisection between the safe end (most capacity: small target, big headroom) and the cheap end."""
+        safe_x, cheap_x = (hi, lo) if policy_type == "predictive" else (lo, hi)
+        best_x, best = safe_x, attempt(safe_x)
+        if not best.meets(slo_target):
+            return best_x, best
+        cheap = attempt(cheap_x)
+        if cheap.meets(slo_target):
+            return (cheap_x, cheap) if cheap.gpu_hours <= best.gpu_hours else (best_x, best)
         good, bad = safe_x, cheap_x
         for _ in range(steps):
             mid = (good + bad) / 2
@@ -319,11 +318,14 @@ def tune(
                     best_x, best = mid, result
             else:
                 bad = mid
+        return best_x, best
+
+    best_x, best = search()
     if no_trend:
         trend = {"maxGrowth": PredictiveParams.model_validate(_policy_block(workload, policy_type)).max_growth}
         if trend != no_trend:
             with_trend = attempt(best_x, trend)
-            if with_trend.meets(slo_target) and with_trend.gpu_hours < best.gpu_hours:
+            if with_trend.meets(slo_target) and (not best.meets(slo_target) or with_trend.gpu_hours < best.gpu_hours):
                 best = with_trend
     return best
 
