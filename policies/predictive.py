@@ -10,7 +10,7 @@ The workload's demand ``d`` at a tick is the largest of its metrics'. Two things
 that takes ``horizon`` seconds (by default ``coldStartSeconds + interval``) to serve:
 
 * bursts, which arrive faster than any replica starts: only capacity held in advance absorbs them, the
-  ``headroom`` (a fraction of ``d``);
+  ``headroom`` (a fraction of ``d``; by default 0.6, more for horizons beyond 315 s, see ``headroom``);
 * a sustained rise, which headroom absorbs only while it is small: the least-squares trend of the demand
   over the last ``trendWindowSeconds`` (by default twice the horizon), extrapolated over the horizon and
   capped at ``maxGrowth`` times ``d``. It counts only when it is significant and rises in both halves of
@@ -40,12 +40,14 @@ from policies.spec import StrictModel
 from policies.threshold import tolerance_for
 
 SIGNIFICANCE = 3.0
+DEFAULT_HEADROOM = 0.6
+REFERENCE_HORIZON_S = 315.0  # the default cold start (300 s) and interval (15 s)
 
 
 class PredictiveParams(StrictModel):
     type: Literal["predictive"] = "predictive"
     trend_window_seconds: float | None = Field(default=None, alias="trendWindowSeconds", gt=0)
-    headroom: float = Field(default=0.6, ge=-0.75, le=10)
+    headroom: float | None = Field(default=None, ge=-0.75, le=10)
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     horizon_seconds: float | None = Field(default=None, alias="horizonSeconds", ge=0)
     max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0)
@@ -115,6 +117,15 @@ class PredictivePolicy:
         return max(2 * self.horizon, 8 * self.ctx.interval)
 
     @property
+    def headroom(self) -> float:
+        """The configured headroom; by default 0.6 up to a horizon of 315 s and, beyond it, growing with the
+        square root of the horizon: the longer a new replica takes, the further a wandering load can rise
+        before it serves, while a step needs the same headroom whatever the cold start."""
+        if self.params.headroom is not None:
+            return self.params.headroom
+        return DEFAULT_HEADROOM * max(1.0, math.sqrt(self.horizon / REFERENCE_HORIZON_S))
+
+    @property
     def horizon(self) -> float:
         if self.params.horizon_seconds is not None:
             return self.params.horizon_seconds
@@ -137,9 +148,9 @@ class PredictivePolicy:
         self.state.update(demand, observation.now, self.trend_window)
         growth = min(self.state.growth(self.horizon, self.trend_window), self.params.max_growth * demand)
         forecast = demand + growth
-        headroom = self.params.headroom
+        headroom = self.headroom
         need = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
-        details.update(forecast=forecast, horizon=self.horizon, need=need)
+        details.update(forecast=forecast, horizon=self.horizon, headroom=headroom, need=need)
         if current > 0 and self.tolerance.within(need / current):
             replicas = current
         else:

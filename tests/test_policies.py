@@ -285,3 +285,24 @@ def test_predictive_extrapolates_a_sustained_ramp_past_its_headroom() -> None:
 def test_predictive_headroom_sizes_a_flat_load(headroom: float, expected: int) -> None:
     decider = _decider(maxReplicas=400, behavior=FREE, policy={"type": "predictive", "headroom": headroom})
     assert _run(decider, [20.0] * 80, 10)[-1] == expected
+
+
+@pytest.mark.parametrize(
+    ("cold_start", "policy", "expected"),
+    [
+        (300, {}, 0.6),  # the reference horizon, 315 s
+        (60, {}, 0.6),  # a step needs the same headroom however fast replicas start
+        (0, {}, 0.6),
+        (930, {}, 0.6 * math.sqrt(945 / 315)),  # three times the horizon: sqrt(3) times the headroom
+        (930, {"headroom": 0.6}, 0.6),  # a configured headroom is taken as given
+        (930, {"horizonSeconds": 315}, 0.6),  # the horizon, not the cold start, decides
+    ],
+)
+def test_predictive_default_headroom_grows_with_the_square_root_of_a_long_horizon(
+    cold_start: int, policy: dict[str, float], expected: float
+) -> None:
+    decider = _decider(coldStartSeconds=cold_start, policy={"type": "predictive", **policy})
+    assert decider.policy.headroom == pytest.approx(expected)  # type: ignore[attr-defined]
+    decider.set_cold_start(cold_start + 300.0)  # the daemon's measured cold start moves it too
+    if not policy:
+        assert decider.policy.headroom == pytest.approx(0.6 * math.sqrt((cold_start + 315) / 315))  # type: ignore[attr-defined]
