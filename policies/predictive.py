@@ -47,7 +47,9 @@ REFERENCE_HORIZON_S = 315.0  # the default cold start (300 s) and interval (15 s
 class PredictiveParams(StrictModel):
     type: Literal["predictive"] = "predictive"
     trend_window_seconds: float | None = Field(default=None, alias="trendWindowSeconds", gt=0)
-    headroom: float | None = Field(default=None, ge=-0.75, le=10)
+    headroom: float | None = Field(
+        default=None, ge=-0.75, le=10, description="unset: 0.6, times sqrt(horizon / 315 s) beyond a 315 s horizon"
+    )
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     horizon_seconds: float | None = Field(default=None, alias="horizonSeconds", ge=0)
     max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0)
