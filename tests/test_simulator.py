@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -180,6 +181,29 @@ def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path) -> None:
     assert data["requests"] == 3993 and data["model"]["cold_start_s"] == 60
     assert data["model"]["prefill_tokens_per_s"] == 20000
     assert png.read_bytes()[:4] == b"\x89PNG"
+    _assert_consistent(data)
+
+
+def _assert_consistent(data: dict[str, Any]) -> None:
+    """What any report must hold whatever the trace: every request accounted for, fleets within bounds, GPU
+    time at least the smallest fleet's, static-best costing its size, the oracle under every run that meets."""
+    model, n = data["model"], data["requests"]
+    hours = data["duration_s"] * model["gpus_per_replica"] / 3600
+    runs = {r["policy"]: r for r in data["results"]}
+    assert set(runs) >= {"keda-avg", "keda-sum", "static-best", "oracle"}
+    for name, r in runs.items():
+        if name == "oracle":
+            continue
+        assert r["completed_requests"] + r["dropped_requests"] == n, name
+        assert 0 <= r["slo_attainment"] <= 1 - r["dropped_requests"] / n + 1e-9, name
+        assert model["min_replicas"] <= r["max_replicas"] <= model["max_replicas"], name
+        assert r["gpu_hours"] >= model["min_replicas"] * hours - 1e-6, name
+        if r["slo_attainment"] >= model["slo_target"]:
+            assert runs["oracle"]["gpu_hours"] <= r["gpu_hours"], name
+    static = model["static_best_replicas"]
+    if static is not None:
+        assert runs["static-best"]["gpu_hours"] == pytest.approx(static * hours, rel=1e-3)
+        assert runs["static-best"]["slo_attainment"] >= model["slo_target"]
 
 
 def test_simulate_rejects_a_metric_it_cannot_provide(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
