@@ -291,18 +291,22 @@ def tune(
         return round(math.exp(x) - 1.0, 4) if policy_type == "predictive" else round(math.exp(x), 4)
 
     no_trend = {"maxGrowth": 0.0} if policy_type == "predictive" else {}
+    budget = math.floor((1.0 - slo_target) * trace.requests)
 
-    def attempt(x: float, fixed: dict[str, float] = no_trend) -> RunResult:
+    def attempt(x: float, fixed: dict[str, float] = no_trend, full: bool = False) -> RunResult:
+        """One setting's run; unless ``full``, it stops once it has certainly missed the SLO target (such a
+        run is only ever used to say so)."""
         doc, wl = _knob_variant(document, workload, policy_type, value(x), fixed)
         tuned = {KNOBS[policy_type]: value(x), **fixed}
-        result = run(trace, model, policy_contender(doc, wl, model, policy_type, tuned), initial, slo_ttft)
+        contender = policy_contender(doc, wl, model, policy_type, tuned)
+        result = run(trace, model, contender, initial, slo_ttft, miss_budget=None if full else budget)
         tick(f"tune {policy_type} {value(x)}")
         return result
 
     def search() -> tuple[float, RunResult]:
         """Bisection between the safe end (most capacity: small target, big headroom) and the cheap end."""
         safe_x, cheap_x = (hi, lo) if policy_type == "predictive" else (lo, hi)
-        best_x, best = safe_x, attempt(safe_x)
+        best_x, best = safe_x, attempt(safe_x, full=True)  # reported even if it misses
         if not best.meets(slo_target):
             return best_x, best
         cheap = attempt(cheap_x)
