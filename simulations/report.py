@@ -94,7 +94,25 @@ def table(data: dict[str, Any]) -> str:
         f"SLO: TTFT beyond own prefill <= {m['slo_ttft_s']} s for {m['slo_target']:.0%} of requests; "
         f"cold start {m['cold_start_s']:.0f} s; replicas {m['min_replicas']}-{m['max_replicas']}"
     )
-    return title + "\n" + "\n".join(lines)
+    return title + "\n" + "\n".join(lines) + "\n" + verdict(data)
+
+
+def verdict(data: dict[str, Any]) -> str:
+    """The table's answer in one line: the cheapest run that meets the SLO target, against the best fixed
+    fleet (the question a user asks before trusting a policy with a GPU fleet)."""
+    target = data["model"]["slo_target"]
+    runs = [r for r in data["results"] if not r.get("lower_bound")]
+    meeting = [r for r in runs if r["slo_attainment"] >= target]
+    if not meeting:
+        most = data["model"]["max_replicas"]
+        return f"verdict: no run meets the SLO target ({target:.0%}), not even {most} fixed replicas"
+    cheapest = min(meeting, key=lambda r: r["gpu_hours"])
+    static = next(r for r in runs if r["policy"] == "static-best")
+    line = f"verdict: cheapest at the SLO is {cheapest['policy']}, {cheapest['gpu_hours']:.2f} GPU-h"
+    if cheapest is static:
+        return line + f" ({data['model']['static_best_replicas']} fixed replicas): no policy beat a fixed fleet here"
+    saving = 1.0 - cheapest["gpu_hours"] / static["gpu_hours"]
+    return line + f", {saving:.1%} under static-best's {static['gpu_hours']:.2f}"
 
 
 def plot(path: str | Path, comparison: Comparison) -> None:

@@ -305,3 +305,19 @@ def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_mo
     assert tuned["predictive"].gpu_hours <= tuned["threshold"].gpu_hours + 1e-9
     assert set(tuned["predictive"].tuned or {}) == {"headroom", "maxGrowth"}
     assert set(tuned["threshold"].tuned or {}) == {"target"}
+
+
+def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
+    from simulations.report import verdict
+
+    def data(*runs: tuple[str, float, float]) -> dict[str, Any]:
+        results = [{"policy": p, "gpu_hours": g, "slo_attainment": a} for p, g, a in runs]
+        results.append({"policy": "oracle", "gpu_hours": 1.0, "slo_attainment": 0.99, "lower_bound": True})
+        return {"model": {"slo_target": 0.99, "max_replicas": 32, "static_best_replicas": 15}, "results": results}
+
+    beaten = data(("threshold", 80.0, 0.95), ("predictive", 90.0, 0.995), ("static-best", 120.0, 0.993))
+    expected = "verdict: cheapest at the SLO is predictive, 90.00 GPU-h, 25.0% under static-best's 120.00"
+    assert verdict(beaten) == expected
+    unbeaten = data(("predictive", 130.0, 0.995), ("static-best", 120.0, 0.993))
+    assert verdict(unbeaten).endswith("(15 fixed replicas): no policy beat a fixed fleet here")
+    assert "no run meets" in verdict(data(("predictive", 130.0, 0.9), ("static-best", 120.0, 0.98)))
