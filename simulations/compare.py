@@ -28,7 +28,15 @@ import numpy as np
 from autoscaler.policy_file import PolicyFile, Workload, parse_policy_document
 from policies.predictive import PredictiveParams
 from simulations.replica_model import ReplicaModel
-from simulations.runner import Contender, RunResult, keda_signals, oracle_bound, run, signals_for
+from simulations.runner import (
+    Contender,
+    RunResult,
+    allowed_misses,
+    keda_signals,
+    oracle_bound,
+    run,
+    signals_for,
+)
 from simulations.traces import Trace
 
 PROMPT_TOKENS_SHARE = 0.5
@@ -203,7 +211,7 @@ def static_best(
     many candidate fleets as there are worker processes, spread evenly over what is left, and a run that has
     certainly missed more requests than the target allows stops early.
     """
-    budget = math.floor((1.0 - shared.slo_target) * shared.trace.requests)
+    budget = allowed_misses(shared.trace, shared.slo_target)
     busiest = float(
         oracle_bound(shared.trace, shared.model, lo, shared.slo_ttft, shared.slo_target).replicas_per_window.max()
     )
@@ -291,7 +299,7 @@ def tune(
         return round(math.exp(x) - 1.0, 4) if policy_type == "predictive" else round(math.exp(x), 4)
 
     no_trend = {"maxGrowth": 0.0} if policy_type == "predictive" else {}
-    budget = math.floor((1.0 - slo_target) * trace.requests)
+    budget = allowed_misses(trace, slo_target)
 
     def attempt(x: float, fixed: dict[str, float] = no_trend, full: bool = False) -> RunResult:
         """One setting's run; unless ``full``, it stops once it has certainly missed the SLO target (such a

@@ -146,6 +146,11 @@ def _quantile(values: np.ndarray, q: float) -> float | None:
 MISS_CHECK_S = 600
 
 
+def allowed_misses(trace: Trace, slo_target: float) -> int:
+    """How many of the trace's requests may miss the SLO while the run still meets ``slo_target``."""
+    return math.floor((1.0 - slo_target) * trace.requests)
+
+
 def certain_misses(fleet: Fleet, now: float, slo_ttft: float) -> int:
     """Requests that have missed the SLO whatever happens next: served late, or unserved past the deadline."""
     arrived = fleet.next_arrival
@@ -292,7 +297,7 @@ def oracle_bound(
     count = math.ceil(duration / window_s)
     k = np.minimum((arrival // window_s).astype(np.int64), count - 1)
     deadline_k = ((arrival + prefill_s + slo_ttft) // window_s).astype(np.int64)
-    may_fail = math.floor((1.0 - slo_target) * trace.requests)
+    may_fail = allowed_misses(trace, slo_target)
     must = np.ones(trace.requests, dtype=bool)
     if may_fail > 0:
         must[np.argsort(prefill_s)[-may_fail:]] = False
