@@ -59,12 +59,17 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _meets(result: dict[str, Any], target: float) -> bool:
+    """``RunResult.meets`` for a result of the JSON report."""
+    return bool(result["slo_attainment"] >= target)
+
+
 def table(data: dict[str, Any]) -> str:
     target = data["model"]["slo_target"]
     header = ["policy", "gpu_hours", "slo", "meets", "ttft_p50", "ttft_p99", "wait_p99", "events", "max_rep", "tuned"]
     rows = [header]
     for r in data["results"]:
-        meets = "bound" if r.get("lower_bound") else ("yes" if r["slo_attainment"] >= target else "no")
+        meets = "bound" if r.get("lower_bound") else ("yes" if _meets(r, target) else "no")
         tuned = ",".join(f"{k}={v}" for k, v in (r.get("tuned") or {}).items())
         name = r["policy"] + (
             f" ({data['model']['static_best_replicas']})"
@@ -102,7 +107,7 @@ def verdict(data: dict[str, Any]) -> str:
     fleet (the question a user asks before trusting a policy with a GPU fleet)."""
     target = data["model"]["slo_target"]
     runs = [r for r in data["results"] if not r.get("lower_bound")]
-    meeting = [r for r in runs if r["slo_attainment"] >= target]
+    meeting = [r for r in runs if _meets(r, target)]
     if not meeting:
         most = data["model"]["max_replicas"]
         return f"verdict: no run meets the SLO target ({target:.0%}), not even {most} fixed replicas"
