@@ -65,6 +65,20 @@ class ReplicaModel(StrictModel):
         """Tokens per second of one sequence in a decode-only batch of ``batch`` sequences."""
         return 1.0 / (self.weight_read_s + max(batch, 1.0) / self.prefill_tokens_per_s)
 
+    def idle_prefill_s(self, prompt: np.ndarray) -> np.ndarray:
+        """How long an idle replica takes to prefill ``prompt`` tokens: their compute, plus a weight read for
+        every ``max_num_batched_tokens`` chunk (chunked prefill). The part of a request's time to first
+        token that no policy can remove, which the SLO does not hold against it."""
+        time: np.ndarray = prompt * (1.0 / self.prefill_tokens_per_s + self.weight_read_s / self.max_num_batched_tokens)
+        return time
+
+    def latest_finish_s(self, output: np.ndarray) -> np.ndarray:
+        """The longest a request can take from its first token to its last: one token per engine step, and
+        the longest step computes a full chunk of prefill or a full batch beside the weight read."""
+        step = self.weight_read_s + max(self.max_num_batched_tokens, self.max_num_seqs) / self.prefill_tokens_per_s
+        time: np.ndarray = output * step
+        return time
+
     def min_work_s(self, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
         """The least replica time a request can take: its tokens' compute, plus its share of weight reads
         in the largest batch there can be."""

@@ -154,7 +154,7 @@ def allowed_misses(trace: Trace, slo_target: float) -> int:
 def certain_misses(fleet: Fleet, now: float, slo_ttft: float) -> int:
     """Requests that have missed the SLO whatever happens next: served late, or unserved past the deadline."""
     arrived = fleet.next_arrival
-    own = fleet.prompt[:arrived] / fleet.model.prefill_tokens_per_s
+    own = fleet.model.idle_prefill_s(fleet.prompt[:arrived])
     first = fleet.first_token[:arrived]
     waited = np.where(np.isnan(first), now, first) - fleet.arrival[:arrived] - own
     return int(np.count_nonzero(waited > slo_ttft + 1e-9))
@@ -162,7 +162,7 @@ def certain_misses(fleet: Fleet, now: float, slo_ttft: float) -> int:
 
 def slo_met(fleet: Fleet, slo_ttft: float) -> np.ndarray:
     """Time to first token, less the request's own prefill on an idle replica, within ``slo_ttft``."""
-    own_prefill = fleet.prompt / fleet.model.prefill_tokens_per_s
+    own_prefill = fleet.model.idle_prefill_s(fleet.prompt)
     ttft = fleet.first_token - fleet.arrival
     with np.errstate(invalid="ignore"):
         met: np.ndarray = (~fleet.dropped) & ~np.isnan(ttft) & (ttft - own_prefill <= slo_ttft + 1e-9)
@@ -273,17 +273,22 @@ def oracle_bound(
 ) -> OracleBound:
     """A lower bound on the GPU-hours of any policy whose runs meet ``slo_target``.
 
-    Every token a replica processes costs ``1 / prefill_tokens_per_s`` of compute and every engine step
-    reads the weights once for at most ``max_num_seqs`` decoding sequences, so each request costs at least
-    ``ReplicaModel.min_work_s`` replica-seconds wherever it runs. Any policy, even one that knows the future
-    and starts replicas instantly, must then provide in each window of ``window_s``:
+    Runs count GPU time from the first arrival to the last (``run``), so the bound counts the same span,
+    in windows of ``window_s`` (the last one partial). Every token a replica processes costs
+    ``1 / prefill_tokens_per_s`` of compute and every engine step reads the weights once for at most
+    ``max_num_seqs`` decoding sequences, so each request costs at least ``ReplicaModel.min_work_s``
+    replica-seconds wherever it runs. Any policy, even one that knows the future and starts replicas
+    instantly, must then provide in each window:
 
     1. at least ``minReplicas`` replicas;
-    2. the prefill of every request whose arrival and SLO deadline (arrival + own prefill + ``slo_ttft``)
-       both fall inside the window, except the ``1 - slo_target`` share of requests it may fail, which the
-       bound assumes are the ones with the longest prompts;
-    3. from each window on, at least the work of the requests arriving from that window on (work cannot
-       be done before its request arrives).
+    2. the prefill compute of every request whose arrival and SLO deadline (arrival + its prefill on an
+       idle replica + ``slo_ttft``) both fall inside the window, except the ``1 - slo_target`` share of
+       requests it may fail, which the bound assumes are the ones with the longest prompts;
+    3. from each window on, the work that requests arriving from that window on must have received by
+       the last arrival (work cannot be done before its request arrives): the prefill of each request due
+       before then, and all of its work if it must also have finished, which a request that meets the SLO
+       does at the latest ``latest_finish_s`` after its deadline (a decoding sequence gets a token every
+       engine step, however busy its replica).
 
     The least replica time meeting 1-3, with fractional replicas and no cold start, is computed exactly:
     each window gets the larger of 1 and 2, and the largest shortfall of 3 over any suffix is added once
@@ -292,21 +297,24 @@ def oracle_bound(
     """
     arrival, prompt, output = trace.arrival_s, trace.prompt_tokens.astype(float), trace.output_tokens.astype(float)
     prefill_s = prompt / model.prefill_tokens_per_s
-    work = model.min_work_s(prompt, output)
-    duration = max(float(arrival[-1]), window_s)
-    count = math.ceil(duration / window_s)
+    end = float(arrival[-1])
+    count = max(1, math.ceil(end / window_s))
+    length = np.clip(end - np.arange(count) * window_s, 0.0, window_s)
     k = np.minimum((arrival // window_s).astype(np.int64), count - 1)
-    deadline_k = ((arrival + prefill_s + slo_ttft) // window_s).astype(np.int64)
+    deadline = arrival + model.idle_prefill_s(prompt) + slo_ttft
     may_fail = allowed_misses(trace, slo_target)
     must = np.ones(trace.requests, dtype=bool)
     if may_fail > 0:
         must[np.argsort(prefill_s)[-may_fail:]] = False
-    inside = must & (deadline_k == k)
+    due = must & (deadline <= end)
+    inside = due & ((deadline // window_s).astype(np.int64) == k)
     prefill_in = np.bincount(k[inside], weights=prefill_s[inside], minlength=count)
-    work_in = np.bincount(k, weights=work, minlength=count)
-    floor = np.maximum(min_replicas * window_s, prefill_in)
+    finished = due & (deadline + model.latest_finish_s(output) <= end)
+    owed = np.where(finished, model.min_work_s(prompt, output), np.where(due, prefill_s, 0.0))
+    work_in = np.bincount(k, weights=owed, minlength=count)
+    floor = np.maximum(min_replicas * length, prefill_in)
     suffix_short = np.cumsum((work_in - floor)[::-1])[::-1]
     extra = max(0.0, float(suffix_short.max()))
     total = float(floor.sum()) + extra
-    per_window = floor / window_s
+    per_window = np.divide(floor, length, out=np.full(count, float(min_replicas)), where=length > 0)
     return OracleBound(total * model.gpus_per_replica / 3600.0, per_window, window_s)
