@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -22,6 +23,22 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 def _error(message: str) -> None:
     print(f"vllm-autoscaler: {message}", file=sys.stderr)
+
+
+def _unwritable(*paths: str | None) -> str | None:
+    """Why an output file cannot be written, checked before the work that produces it; ``None`` if all can."""
+    for path in paths:
+        if not path or path == "-":
+            continue
+        target = Path(path)
+        folder = target.parent if str(target.parent) else Path(".")
+        if target.is_dir():
+            return f"{path}: is a directory"
+        if not folder.is_dir():
+            return f"{path}: no such directory {folder}"
+        if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+            return f"{path}: not writable"
+    return None
 
 
 def _load(path: str) -> PolicyFile | None:
@@ -63,6 +80,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     document = _load(args.config)
     if document is None:
         return EXIT_BAD_INPUT
+    if problem := _unwritable(args.out, args.plot):
+        _error(problem)
+        return EXIT_BAD_INPUT
     try:
         ticks = read_ticks(args.metrics)
         check_names(document, ticks, args.metrics)
@@ -101,6 +121,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if not 0 < args.slo_target <= 1 or args.slo_ttft <= 0:
         _error("--slo-target must be in (0, 1] and --slo-ttft positive")
         return EXIT_BAD_INPUT
+    if problem := _unwritable(args.out, args.plot):
+        _error(problem)
+        return EXIT_BAD_INPUT
     try:
         cold = args.cold_start
         if cold is None and document is not None and document.workloads[0].cold_start_seconds != "auto":
@@ -125,10 +148,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale})
     print(reporting.table(data))
     print(f"(simulated in {comparison.elapsed_s:.1f} s)", file=sys.stderr)
-    if args.out:
-        reporting.dump(args.out, data)
-    if args.plot:
-        reporting.plot(args.plot, comparison)
+    try:
+        if args.out:
+            reporting.dump(args.out, data)
+        if args.plot:
+            reporting.plot(args.plot, comparison)
+    except OSError as exc:
+        _error(f"cannot write {exc.filename}: {exc.strerror}")
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -193,6 +220,9 @@ def cmd_record(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if end <= start or step <= 0:
         _error("--end must be after --start, and --step positive")
+        return EXIT_BAD_INPUT
+    if problem := _unwritable(args.out):
+        _error(problem)
         return EXIT_BAD_INPUT
     source = PrometheusSource(settings.prometheus(document))
     if args.out in (None, "-"):

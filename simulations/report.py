@@ -116,6 +116,8 @@ def verdict(data: dict[str, Any]) -> str:
     line = f"verdict: cheapest at the SLO is {cheapest['policy']}, {cheapest['gpu_hours']:.2f} GPU-h"
     if cheapest is static:
         return line + f" ({data['model']['static_best_replicas']} fixed replicas): no policy beat a fixed fleet here"
+    if static["gpu_hours"] <= 0:
+        return line + " (the trace spans no time, so every run costs nothing)"
     saving = 1.0 - cheapest["gpu_hours"] / static["gpu_hours"]
     return line + f", {saving:.1%} under static-best's {static['gpu_hours']:.2f}"
 

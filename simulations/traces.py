@@ -56,6 +56,17 @@ class Trace:
         return Trace(self.name, self.arrival_s / time_scale, self.prompt_tokens, self.output_tokens)
 
 
+def _request(arrival: float, prompt: float, output: float) -> tuple[float, int, int]:
+    """One request's fields, checked: a finite arrival, whole token counts that are not negative. A request
+    with no output (a failed one in BurstGPT) is kept: it still costs its prefill and first token."""
+    if not math.isfinite(arrival):
+        raise ValueError(f"arrival time {arrival} is not a number")
+    for what, value in (("prompt", prompt), ("output", output)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{what} length {value} is not a token count")
+    return arrival, int(prompt), int(output)
+
+
 def _finish(name: str, arrivals: list[float], prompts: list[int], outputs: list[int]) -> Trace:
     arrival = np.asarray(arrivals, dtype=np.float64)
     order = np.argsort(arrival, kind="stable")
@@ -93,11 +104,14 @@ def _read_request_csv(path: Path, columns: tuple[str, str, str], parse_time: Cal
         reader.fieldnames = header
         for row in reader:
             try:
-                arrivals.append(parse_time(row[time_column]))
-                prompts.append(int(float(row[prompt_column])))
-                outputs.append(int(float(row[output_column])))
+                arrival, prompt, output = _request(
+                    parse_time(row[time_column]), float(row[prompt_column]), float(row[output_column])
+                )
             except (TypeError, ValueError) as exc:
                 raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
+            arrivals.append(arrival)
+            prompts.append(prompt)
+            outputs.append(output)
     return _finish(path.name, arrivals, prompts, outputs)
 
 
@@ -117,11 +131,14 @@ def read_mooncake(path: Path) -> Trace:
                 continue
             try:
                 record = json.loads(line)
-                arrivals.append(float(record["timestamp"]) / 1000.0)
-                prompts.append(int(record["input_length"]))
-                outputs.append(int(record["output_length"]))
+                arrival, prompt, output = _request(
+                    float(record["timestamp"]) / 1000.0, float(record["input_length"]), float(record["output_length"])
+                )
             except (ValueError, KeyError, TypeError) as exc:
                 raise TraceError(f"{path}:{number}: not a Mooncake request ({exc!r})") from None
+            arrivals.append(arrival)
+            prompts.append(prompt)
+            outputs.append(output)
     return _finish(path.name, arrivals, prompts, outputs)
 
 
@@ -161,10 +178,13 @@ def read_rate(path: Path, seed: int, rate_scale: float = 1.0, lengths: Trace | N
             if not row:
                 continue
             try:
-                starts.append(float(row[0]))
-                rates.append(float(row[1]) * rate_scale)
+                window_start, rate = float(row[0]), float(row[1])
+                if not (math.isfinite(window_start) and math.isfinite(rate)) or rate < 0:
+                    raise ValueError(f"window {row[0]!r} at rate {row[1]!r} is not a start and a rate of 0 or more")
             except (IndexError, ValueError) as exc:
                 raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
+            starts.append(window_start)
+            rates.append(rate * rate_scale)
     if header is None or not starts:
         raise TraceError(f"{path}: no windows")
     start = np.asarray(starts)
