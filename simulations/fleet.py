@@ -39,6 +39,11 @@ def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray)
     n = len(demand)
     if n == 0:
         return np.zeros(0), np.zeros(0)
+    if n == 1:  # one prompt in prefill fleet-wide, the common case of a light load: no sharing to compute
+        cap1, need = float(capacity[group[0]]), float(demand[0])
+        if need <= cap1 * (1 + 1e-12):
+            return np.array([need]), np.array([need / max(cap1, 1e-12)])
+        return np.array([cap1]), np.array([2.0])
     order = np.lexsort((demand, group))
     d, g = demand[order], group[order]
     boundary = np.empty(n, dtype=bool)
@@ -286,9 +291,13 @@ class Fleet:
         model = self.model
         size = len(self.replicas)
         flops, weights, budget = model.prefill_tokens_per_s, model.weight_read_s, float(model.max_num_batched_tokens)
+        prefilling = self.r_pre > 0
+        if not prefilling.any():  # most steps of a light load: no prefill, so every engine step is a decode
+            iterations = dt / (weights + np.bincount(self.r_rep, minlength=size) / flops)
+            self._decode(end, iterations, ~prefilling, prefilling)
+            return
         # The part of this step during which each request has been here (arrivals inside the step).
         avail = np.minimum((end - self.r_start) / dt, 1.0)
-        prefilling = self.r_pre > 0
         rep_p = self.r_rep[prefilling]
         pending = np.bincount(rep_p, weights=self.r_pre[prefilling], minlength=size)
         batch = np.bincount(self.r_rep[~prefilling], minlength=size).astype(float)
@@ -323,14 +332,17 @@ class Fleet:
             self.ttft_value.extend((at - self.arrival[reqs])[order].tolist())
             self.generation_tokens_total += float(done_pre.sum())
         self.r_pre = self.r_pre - used
-        decoding = ~prefilling
-        finished = done_pre & (self.r_dec <= 1e-9)
+        self._decode(end, iterations, ~prefilling, done_pre & (self.r_dec <= 1e-9))
+
+    def _decode(self, end: float, iterations: np.ndarray, decoding: np.ndarray, finished: np.ndarray) -> None:
+        """A token for each ``decoding`` request per engine step of its replica (``iterations``), then the
+        requests that are done (``finished`` already, or out of tokens) leave at ``end``."""
         if decoding.any():
             step_tokens = np.minimum(iterations[self.r_rep[decoding]], self.r_dec[decoding])
             self.generation_tokens_total += float(step_tokens.sum())
             dec = self.r_dec.copy()
             dec[decoding] -= step_tokens
-            finished |= decoding & (dec <= 1e-9)
+            finished = finished | (decoding & (dec <= 1e-9))
             self.r_dec = dec
         if finished.any():
             done = self.r_req[finished]
