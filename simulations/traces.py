@@ -95,7 +95,7 @@ def _read_request_csv(path: Path, columns: tuple[str, str, str], parse_time: Cal
     """A CSV with one request per row: its arrival, prompt tokens and output tokens in ``columns``."""
     time_column, prompt_column, output_column = columns
     arrivals, prompts, outputs = [], [], []
-    with path.open(newline="", encoding="utf-8") as handle:
+    with path.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
         header = [h.strip() for h in reader.fieldnames or []]
         missing = [c for c in columns if c not in header]
@@ -125,7 +125,7 @@ def read_burstgpt(path: Path) -> Trace:
 
 def read_mooncake(path: Path) -> Trace:
     arrivals, prompts, outputs = [], [], []
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
@@ -170,7 +170,7 @@ def poisson_arrivals(rng: np.random.Generator, starts: np.ndarray, rates: np.nda
 
 def read_rate(path: Path, seed: int, rate_scale: float = 1.0, lengths: Trace | None = None) -> Trace:
     """A rate-per-window CSV (first column: window start in seconds, second: requests per second)."""
-    with path.open(newline="", encoding="utf-8") as handle:
+    with path.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
         starts, rates = [], []
@@ -219,7 +219,7 @@ def synthetic_day(seed: int = 0, mean_rps: float = 2.0, hours: float = 2.0, burs
 def guess_format(path: Path) -> str:
     if path.suffix in (".jsonl", ".json"):
         return "mooncake"
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding="utf-8-sig") as handle:
         header = handle.readline()
     if "TIMESTAMP" in header and "ContextTokens" in header:
         return "azure"
