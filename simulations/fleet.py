@@ -252,12 +252,14 @@ class Fleet:
         if not reqs:
             return
         idx = np.asarray(reqs, dtype=np.int64)
-        self.admitted[idx] = now
+        # A request that arrives inside the step is admitted on arrival, not at the step's start.
+        start = np.maximum(self.arrival[idx], now)
+        self.admitted[idx] = start
         self.r_rep = np.concatenate([self.r_rep, np.asarray(reps, dtype=np.int64)])
         self.r_req = np.concatenate([self.r_req, idx])
         self.r_pre = np.concatenate([self.r_pre, self.prompt[idx]])
         self.r_dec = np.concatenate([self.r_dec, self.output[idx] - 1.0])
-        self.r_start = np.concatenate([self.r_start, np.maximum(self.arrival[idx], now)])
+        self.r_start = np.concatenate([self.r_start, start])
 
     def step(self, now: float) -> None:
         """Advance from ``now`` to ``now + step_s``."""
