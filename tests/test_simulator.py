@@ -63,6 +63,7 @@ def test_a_lone_request_takes_its_own_prefill() -> None:
     fleet = Fleet(model, Trace("one", np.array([0.0, 100.5]), np.array([10, 4000]), np.array([1, 10])), 1)
     _drain(fleet)
     assert fleet.first_token[1] - fleet.arrival[1] == pytest.approx(model.idle_prefill_s(np.array(4000.0)), abs=1e-6)
+    assert fleet.admitted[1] == fleet.arrival[1]  # it arrived inside a step, to an idle replica: no wait
 
 
 def test_a_prompt_longer_than_the_slo_alone_on_an_idle_replica_meets_it() -> None:
@@ -208,6 +209,7 @@ def _assert_consistent(data: dict[str, Any]) -> None:
         assert 0 <= r["slo_attainment"] <= 1 - r["dropped_requests"] / n + 1e-9, name
         assert model["min_replicas"] <= r["max_replicas"] <= model["max_replicas"], name
         assert r["gpu_hours"] >= model["min_replicas"] * hours - 1e-6, name
+        assert r["queue_wait_p99_s"] is None or r["queue_wait_p99_s"] >= 0, name
         if r["slo_attainment"] >= model["slo_target"]:
             assert runs["oracle"]["gpu_hours"] <= r["gpu_hours"], name
     static = model["static_best_replicas"]
@@ -303,6 +305,18 @@ def test_request_csvs_name_the_missing_column_and_the_bad_line(tmp_path: Path) -
     rates.write_text("window_start_s,rate\n0,1.5\n600,nan\n")
     with pytest.raises(TraceError, match=r"rates.csv:3: "):
         load_trace(rates, "rate")
+
+
+def test_a_trace_saved_with_a_byte_order_mark_and_crlf_reads(tmp_path: Path) -> None:
+    azure = tmp_path / "excel.csv"
+    azure.write_bytes(
+        "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+        "2023-11-16 18:15:46.6805900,374,44\r\n2023-11-16 18:15:50.6805900,10,4\r\n".encode()
+    )
+    assert load_trace(azure).arrival_s.tolist() == pytest.approx([0.0, 4.0])
+    mooncake = tmp_path / "bom.jsonl"
+    mooncake.write_bytes('\ufeff{"timestamp": 0, "input_length": 5, "output_length": 1}\n'.encode())
+    assert load_trace(mooncake).prompt_tokens.tolist() == [5]
 
 
 def test_a_report_on_a_few_requests_is_consistent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
