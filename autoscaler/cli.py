@@ -109,6 +109,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations import report as reporting
     from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
     from simulations.replica_model import parse_overrides
+    from simulations.runner import long_run_hint
     from simulations.traces import TraceError, load_trace
 
     document = None
@@ -135,6 +136,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)
+        if hint := long_run_hint(trace, model):
+            print(f"vllm-autoscaler: note: {hint}", file=sys.stderr)
         types = list(dict.fromkeys(args.policy or ([workload.policy_type] if args.config else DEFAULT_POLICY_TYPES)))
         from policies.registry import policy_class
 

@@ -144,6 +144,19 @@ def _quantile(values: np.ndarray, q: float) -> float | None:
 
 
 MISS_CHECK_S = 600
+LONG_RUN_STEPS = 1_000_000  # about 3 min of one core per run at this machine's 170 us a step
+
+
+def long_run_hint(trace: Trace, model: ReplicaModel) -> str | None:
+    """What to say before a comparison whose runs each take more than ``LONG_RUN_STEPS`` steps."""
+    steps = trace.duration_s / model.step_s
+    if steps <= LONG_RUN_STEPS:
+        return None
+    return (
+        f"the trace spans {trace.duration_s / 86400:.1f} days, {steps / 1e6:.1f} million steps of "
+        f"{model.step_s:g} s for each run (every policy, baseline and static-best candidate); "
+        "--time-scale N replays it N times faster"
+    )
 
 
 def allowed_misses(trace: Trace, slo_target: float) -> int:

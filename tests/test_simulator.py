@@ -13,7 +13,7 @@ from autoscaler.cli import main
 from simulations.compare import builtin_policy, compare, keda_contender
 from simulations.fleet import Fleet, share_processor
 from simulations.replica_model import ReplicaModel, parse_overrides
-from simulations.runner import Contender, keda_signals, run, signals_for, slo_met
+from simulations.runner import Contender, keda_signals, long_run_hint, run, signals_for, slo_met
 from simulations.traces import Trace, TraceError, load_trace, synthetic_day
 
 
@@ -305,6 +305,14 @@ def test_request_csvs_name_the_missing_column_and_the_bad_line(tmp_path: Path) -
     rates.write_text("window_start_s,rate\n0,1.5\n600,nan\n")
     with pytest.raises(TraceError, match=r"rates.csv:3: "):
         load_trace(rates, "rate")
+
+
+def test_a_trace_of_weeks_is_announced_with_the_way_to_shorten_it() -> None:
+    weeks = Trace("weeks", np.array([0.0, 21 * 86400.0]), np.array([10, 10]), np.array([1, 1]))
+    hint = long_run_hint(weeks, ReplicaModel())
+    assert hint is not None and "21.0 days, 1.8 million steps of 1 s" in hint and "--time-scale" in hint
+    assert long_run_hint(weeks.scaled(2), ReplicaModel()) is None
+    assert long_run_hint(synthetic_day(), ReplicaModel()) is None
 
 
 def test_a_trace_saved_with_a_byte_order_mark_and_crlf_reads(tmp_path: Path) -> None:
