@@ -290,23 +290,27 @@ def oracle_bound(
     in windows of ``window_s`` (the last one partial). Every token a replica processes costs
     ``1 / prefill_tokens_per_s`` of compute and every engine step reads the weights once for at most
     ``max_num_seqs`` decoding sequences, so each request costs at least ``ReplicaModel.min_work_s``
-    replica-seconds wherever it runs. Any policy, even one that knows the future and starts replicas
-    instantly, must then provide in each window:
+    replica-seconds wherever it runs. A policy whose run meets the SLO target fails at most
+    ``allowed_misses`` requests, which then owe nothing; for the others, any policy, even one that knows
+    the future and starts replicas instantly, must provide in each window:
 
     1. at least ``minReplicas`` replicas;
     2. the prefill compute of every request whose arrival and SLO deadline (arrival + its prefill on an
-       idle replica + ``slo_ttft``) both fall inside the window, except the ``1 - slo_target`` share of
-       requests it may fail, which the bound assumes are the ones with the longest prompts;
+       idle replica + ``slo_ttft``) both fall inside the window;
     3. from each window on, the work that requests arriving from that window on must have received by
        the last arrival (work cannot be done before its request arrives): the prefill of each request due
        before then, and all of its work if it must also have finished, which a request that meets the SLO
        does at the latest ``latest_finish_s`` after its deadline (a decoding sequence gets a token every
        engine step, however busy its replica).
 
-    The least replica time meeting 1-3, with fractional replicas and no cold start, is computed exactly:
-    each window gets the larger of 1 and 2, and the largest shortfall of 3 over any suffix is added once
-    (capacity added at the end satisfies every suffix). Fractional replicas, no cold start, no scheduling
-    loss and perfect packing only make it smaller than anything a real policy can reach, hence a bound.
+    With fractional replicas and no cold start, the least replica time meeting 1-3 for a given set of
+    failures is the larger of: the sum of each window's larger of 1 and 2; and, for each window, that
+    sum over the windows before it plus all the work owed from it on. The bound takes each of these at
+    the failures that lower it most: for the first, the requests whose prefill most lowers the windows
+    that 2 decides (a greedy that is exact, since each window's gain shrinks with each failure); for the
+    others, the requests that owe the most. Fractional replicas, no cold start, no scheduling loss,
+    perfect packing and the most favourable failures only make it smaller than anything a real policy
+    can reach, hence a bound.
     """
     arrival, prompt, output = trace.arrival_s, trace.prompt_tokens.astype(float), trace.output_tokens.astype(float)
     prefill_s = prompt / model.prefill_tokens_per_s
@@ -315,19 +319,47 @@ def oracle_bound(
     length = np.clip(end - np.arange(count) * window_s, 0.0, window_s)
     k = np.minimum((arrival // window_s).astype(np.int64), count - 1)
     deadline = arrival + model.idle_prefill_s(prompt) + slo_ttft
-    may_fail = allowed_misses(trace, slo_target)
-    must = np.ones(trace.requests, dtype=bool)
-    if may_fail > 0:
-        must[np.argsort(prefill_s)[-may_fail:]] = False
-    due = must & (deadline <= end)
+    due = deadline <= end
     inside = due & ((deadline // window_s).astype(np.int64) == k)
     prefill_in = np.bincount(k[inside], weights=prefill_s[inside], minlength=count)
     finished = due & (deadline + model.latest_finish_s(output) <= end)
     owed = np.where(finished, model.min_work_s(prompt, output), np.where(due, prefill_s, 0.0))
     work_in = np.bincount(k, weights=owed, minlength=count)
-    floor = np.maximum(min_replicas * length, prefill_in)
-    suffix_short = np.cumsum((work_in - floor)[::-1])[::-1]
-    extra = max(0.0, float(suffix_short.max()))
-    total = float(floor.sum()) + extra
+    least = min_replicas * length
+    floor = np.maximum(least, prefill_in)
+    may_fail = allowed_misses(trace, slo_target)
+    by_window = float(floor.sum()) - _top_sum(
+        _prefill_gains(k[inside], prefill_s[inside], prefill_in - least), may_fail
+    )
+    # For each window j: the floors before it plus the work owed from it on.
+    before = np.concatenate([[0.0], np.cumsum(floor)[:-1]])
+    from_here = np.cumsum(work_in[::-1])[::-1]
+    by_suffix = float((before + from_here).max()) - _top_sum(owed, may_fail)
+    total = max(by_window, by_suffix)
     per_window = np.divide(floor, length, out=np.full(count, float(min_replicas)), where=length > 0)
     return OracleBound(total * model.gpus_per_replica / 3600.0, per_window, window_s)
+
+
+def _top_sum(values: np.ndarray, count: int) -> float:
+    """The sum of the ``count`` largest ``values``."""
+    if count <= 0 or not len(values):
+        return 0.0
+    if count >= len(values):
+        return float(values.sum())
+    return float(np.partition(values, len(values) - count)[len(values) - count :].sum())
+
+
+def _prefill_gains(window: np.ndarray, prefill_s: np.ndarray, excess: np.ndarray) -> np.ndarray:
+    """What failing each request lowers its window's floor by, failing the window's longest prefills
+    first: its prefill, up to what is left of the window's excess over ``minReplicas`` (in no particular
+    order: only the largest ones are summed)."""
+    if not len(window):
+        return np.zeros(0)
+    order = np.lexsort((-prefill_s, window))
+    w, p = window[order], prefill_s[order]
+    cumulative = np.cumsum(p)
+    starts = np.flatnonzero(np.concatenate([[True], w[1:] != w[:-1]]))
+    first = np.repeat(starts, np.diff(np.concatenate([starts, [len(w)]])))
+    done_before = cumulative - p - (cumulative[first] - p[first])  # the window's longer prefills
+    gains: np.ndarray = np.clip(np.maximum(excess[w], 0.0) - done_before, 0.0, p)
+    return gains
