@@ -111,15 +111,23 @@ def verdict(data: dict[str, Any]) -> str:
     if not meeting:
         most = data["model"]["max_replicas"]
         return f"verdict: no run meets the SLO target ({target:.0%}), not even {most} fixed replicas"
-    cheapest = min(meeting, key=lambda r: r["gpu_hours"])
     static = next(r for r in runs if r["policy"] == "static-best")
-    line = f"verdict: cheapest at the SLO is {cheapest['policy']}, {cheapest['gpu_hours']:.2f} GPU-h"
-    if cheapest is static:
-        return line + f" ({data['model']['static_best_replicas']} fixed replicas): no policy beat a fixed fleet here"
     if static["gpu_hours"] <= 0:
-        return line + " (the trace spans no time, so every run costs nothing)"
-    saving = 1.0 - cheapest["gpu_hours"] / static["gpu_hours"]
-    return line + f", {saving:.1%} under static-best's {static['gpu_hours']:.2f}"
+        return "verdict: the trace spans no time, so every run costs nothing"
+    least = min(r["gpu_hours"] for r in meeting)
+    cheapest = [r for r in meeting if r["gpu_hours"] == least]
+    if static in cheapest:
+        fixed = data["model"]["static_best_replicas"]
+        return (
+            f"verdict: cheapest at the SLO is static-best, {least:.2f} GPU-h ({fixed} fixed replicas): "
+            "no policy beat a fixed fleet here"
+        )
+    names = [r["policy"] for r in cheapest]
+    who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    line = f"verdict: cheapest at the SLO {'is' if len(names) == 1 else 'are'} {who}, {least:.2f} GPU-h"
+    if static not in meeting:
+        return line + f"; no fixed fleet of up to {data['model']['max_replicas']} replicas meets it"
+    return line + f", {1.0 - least / static['gpu_hours']:.1%} under static-best's {static['gpu_hours']:.2f}"
 
 
 def plot(path: str | Path, comparison: Comparison) -> None:

@@ -421,6 +421,10 @@ def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
     beaten = data(("threshold", 80.0, 0.95), ("predictive", 90.0, 0.995), ("static-best", 120.0, 0.993))
     expected = "verdict: cheapest at the SLO is predictive, 90.00 GPU-h, 25.0% under static-best's 120.00"
     assert verdict(beaten) == expected
+    tied = data(("threshold", 90.0, 0.991), ("predictive", 90.0, 0.991), ("static-best", 120.0, 0.993))
+    assert verdict(tied).startswith("verdict: cheapest at the SLO are threshold and predictive, 90.00 GPU-h")
+    only_dynamic = data(("predictive", 130.0, 0.995), ("static-best", 120.0, 0.98))
+    assert verdict(only_dynamic).endswith("130.00 GPU-h; no fixed fleet of up to 32 replicas meets it")
     unbeaten = data(("predictive", 130.0, 0.995), ("static-best", 120.0, 0.993))
     assert verdict(unbeaten).endswith("(15 fixed replicas): no policy beat a fixed fleet here")
     assert "no run meets" in verdict(data(("predictive", 130.0, 0.9), ("static-best", 120.0, 0.98)))
