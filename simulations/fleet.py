@@ -29,6 +29,18 @@ TTFT_WINDOW_S = 60.0
 RATE_WINDOW_S = 60.0
 
 
+def group_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of equal values in the sorted, non-empty ``keys`` starts, and how long it is."""
+    boundary = np.empty(len(keys), dtype=bool)
+    boundary[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=boundary[1:])
+    starts = np.flatnonzero(boundary)
+    sizes = np.empty_like(starts)
+    sizes[:-1] = starts[1:] - starts[:-1]
+    sizes[-1] = len(keys) - starts[-1]
+    return starts, sizes
+
+
 def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Processor sharing within one step, for many groups at once.
 
@@ -46,13 +58,7 @@ def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray)
         return np.array([cap1]), np.array([2.0])
     order = np.lexsort((demand, group))
     d, g = demand[order], group[order]
-    boundary = np.empty(n, dtype=bool)
-    boundary[0] = True
-    np.not_equal(g[1:], g[:-1], out=boundary[1:])
-    starts = np.flatnonzero(boundary)
-    sizes = np.empty_like(starts)
-    sizes[:-1] = starts[1:] - starts[:-1]
-    sizes[-1] = n - starts[-1]
+    starts, sizes = group_runs(g)
     first = np.repeat(starts, sizes)
     rank = np.arange(n) - first
     size = np.repeat(sizes, sizes)

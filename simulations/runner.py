@@ -12,7 +12,7 @@ import numpy as np
 
 from policies.base import Observation
 from policies.pipeline import WorkloadDecider
-from simulations.fleet import Fleet, Scrape
+from simulations.fleet import Fleet, Scrape, group_runs
 from simulations.replica_model import ReplicaModel
 from simulations.traces import Trace
 
@@ -358,8 +358,7 @@ def _prefill_gains(window: np.ndarray, prefill_s: np.ndarray, excess: np.ndarray
     order = np.lexsort((-prefill_s, window))
     w, p = window[order], prefill_s[order]
     cumulative = np.cumsum(p)
-    starts = np.flatnonzero(np.concatenate([[True], w[1:] != w[:-1]]))
-    first = np.repeat(starts, np.diff(np.concatenate([starts, [len(w)]])))
+    first = np.repeat(*group_runs(w))
     done_before = cumulative - p - (cumulative[first] - p[first])  # the window's longer prefills
     gains: np.ndarray = np.clip(np.maximum(excess[w], 0.0) - done_before, 0.0, p)
     return gains
