@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +77,9 @@ def _finish(name: str, arrivals: list[float], prompts: list[int], outputs: list[
 
 
 def _parse_time(text: str) -> float:
+    """Seconds since the epoch: a number as it stands, or an ISO timestamp. One without a zone (the Azure
+    2023 files) is UTC, not the machine's local time, so that a daylight-saving change inside a trace
+    cannot open a gap of an hour or fold one onto itself."""
     text = text.strip()
     try:
         return float(text)
@@ -85,10 +88,11 @@ def _parse_time(text: str) -> float:
     # Azure traces carry 7 fractional digits, more than datetime accepts.
     if "." in text:
         head, frac = text.rsplit(".", 1)
-        digits = "".join(ch for ch in frac if ch.isdigit())
+        digits = frac[: len(frac) - len(frac.lstrip("0123456789"))]
         tail = frac[len(digits) :]
         text = f"{head}.{digits[:6]}{tail}"
-    return datetime.fromisoformat(text).timestamp()
+    stamp = datetime.fromisoformat(text)
+    return (stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def _read_request_csv(path: Path, columns: tuple[str, str, str], parse_time: Callable[[str], float]) -> Trace:
@@ -261,8 +265,6 @@ def load_trace(
 
 def write_azure(trace: Trace, path: str | Path, start: float = 1_764_547_200.0) -> None:
     """Write a trace in the Azure format (what the benchmarks feed to ``simulate --trace``)."""
-    from datetime import UTC
-
     with open(path, "w", encoding="utf-8") as handle:
         handle.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
         for arrival, prompt, output in zip(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, strict=True):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -335,6 +336,31 @@ def test_request_csvs_name_the_missing_column_and_the_bad_line(tmp_path: Path) -
     rates.write_text("window_start_s,rate\n0,1.5\n600,nan\n")
     with pytest.raises(TraceError, match=r"rates.csv:3: "):
         load_trace(rates, "rate")
+
+
+def test_azure_stamps_with_a_zone_read_and_stamps_without_one_are_utc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 2024 files carry a zone; the 2023 ones none, which must not mean the machine's local time: in
+    New York the clocks went back an hour at 06:00 UTC on 2023-11-05, which would fold these requests."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        zoned = tmp_path / "zoned.csv"
+        zoned.write_text(
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "2024-05-10 00:00:00.009930+00:00,10,1\n2024-05-10 02:00:00.509930+02:00,10,1\n"
+        )
+        assert load_trace(zoned).arrival_s.tolist() == pytest.approx([0.0, 0.5])
+        naive = tmp_path / "naive.csv"
+        naive.write_text(
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "2023-11-05 05:30:00.0000000,10,1\n2023-11-05 06:30:00.0000000,10,1\n"
+        )
+        assert load_trace(naive).arrival_s.tolist() == [0.0, 3600.0]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_a_trace_of_weeks_is_announced_with_the_way_to_shorten_it() -> None:
