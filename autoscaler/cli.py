@@ -41,6 +41,13 @@ def _unwritable(*paths: str | None) -> str | None:
     return None
 
 
+def _write_failed(exc: OSError, path: str | None) -> int:
+    """An output that passed ``_unwritable`` and still failed (a full disk, a vanished folder): one line,
+    exit 1, whatever was already printed kept."""
+    _error(f"cannot write {exc.filename or path}: {exc.strerror or exc}")
+    return EXIT_FAILED
+
+
 def _load(path: str) -> PolicyFile | None:
     try:
         return load_policy_file(path)
@@ -90,13 +97,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
         _error(str(exc))
         return EXIT_BAD_INPUT
     rows = replay(document, ticks)
-    if args.out and args.out != "-":
-        with open(args.out, "w", newline="", encoding="utf-8") as handle:
-            write_decisions(handle, rows)
-    else:
-        write_decisions(sys.stdout, rows)
-    if args.plot:
-        plot_decisions(args.plot, document, rows)
+    written = args.out
+    try:
+        if args.out and args.out != "-":
+            with open(args.out, "w", newline="", encoding="utf-8") as handle:
+                write_decisions(handle, rows)
+        else:
+            write_decisions(sys.stdout, rows)
+        if args.plot:
+            written = args.plot
+            plot_decisions(args.plot, document, rows)
+    except OSError as exc:
+        return _write_failed(exc, written)
     changes = sum(1 for r in rows if r.decision.changes)
     print(
         f"replayed {len(ticks)} ticks for {len(document.workloads)} workload(s): {changes} scale changes",
@@ -151,14 +163,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale})
     print(reporting.table(data))
     print(f"(simulated in {comparison.elapsed_s:.1f} s)", file=sys.stderr)
+    written = args.out
     try:
         if args.out:
             reporting.dump(args.out, data)
         if args.plot:
+            written = args.plot
             reporting.plot(args.plot, comparison)
     except OSError as exc:
-        _error(f"cannot write {exc.filename}: {exc.strerror}")
-        return EXIT_FAILED
+        return _write_failed(exc, written)
     return EXIT_OK
 
 
@@ -228,11 +241,14 @@ def cmd_record(args: argparse.Namespace) -> int:
         _error(problem)
         return EXIT_BAD_INPUT
     source = PrometheusSource(settings.prometheus(document))
-    if args.out in (None, "-"):
-        outcome = record(document, source, start, end, step, sys.stdout)
-    else:
-        with open(args.out, "w", newline="", encoding="utf-8") as handle:
-            outcome = record(document, source, start, end, step, handle)
+    try:
+        if args.out in (None, "-"):
+            outcome = record(document, source, start, end, step, sys.stdout)
+        else:
+            with open(args.out, "w", newline="", encoding="utf-8") as handle:
+                outcome = record(document, source, start, end, step, handle)
+    except OSError as exc:
+        return _write_failed(exc, args.out)
     for line in outcome.empty:
         print(f"vllm-autoscaler: no values: {line}", file=sys.stderr)
     if outcome.failed:

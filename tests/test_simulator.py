@@ -411,6 +411,10 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(
     assert f"{missing}: no such directory" in captured.err and captured.out == ""
     assert main(["simulate", "--time-scale", "8", "--out", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+    if Path("/dev/full").exists():  # passes that check, fails on the write: the table stays printed
+        assert main(["simulate", "--time-scale", "8", "--policy", "threshold", "--out", "/dev/full"]) == 1
+        captured = capsys.readouterr()
+        assert "cannot write /dev/full: No space left on device" in captured.err and "static-best" in captured.out
 
 
 def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_more_than_threshold() -> None:

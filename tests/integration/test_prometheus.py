@@ -177,6 +177,27 @@ def test_record_then_replay(exporter: VllmExporter, prometheus: PrometheusServer
     assert replayed[0]["current_replicas"] == "3" and replayed[0]["recommended_replicas"] == "6"
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, a file every write to fails")
+def test_record_and_replay_say_an_output_that_fails_mid_write(
+    exporter: VllmExporter, prometheus: PrometheusServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """/dev/full passes the check made before the work (its folder is writable) and fails on the write."""
+    exporter.set_pods(NS, NAME, waiting=[2], kv=[0.1])
+    document = _document(prometheus.url)
+    observer = Observer(document, PrometheusSource(document.prometheus))
+    wait_for(lambda: _collect(observer)["num_requests_waiting"] == 2, 30, "the values")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(document.model_dump_json(by_alias=True, exclude_none=True))
+    now = time.time()
+    window = ["--start", f"{now - 30:.0f}", "--end", f"{now:.0f}", "--step", "1s"]
+    assert main(["record", "--config", str(policy), *window, "--out", "/dev/full"]) == 1
+    assert "cannot write /dev/full: No space left on device" in capsys.readouterr().err
+    recorded = tmp_path / "recorded.csv"
+    assert main(["record", "--config", str(policy), *window, "--out", str(recorded)]) == 0
+    assert main(["replay", "--config", str(policy), "--metrics", str(recorded), "--out", "/dev/full"]) == 1
+    assert "cannot write /dev/full: No space left on device" in capsys.readouterr().err
+
+
 def test_record_fails_with_exit_1_when_prometheus_is_down(tmp_path: Path) -> None:
     from tests.servers import free_port
 
