@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from simulations.compare import Comparison
+from simulations.runner import floor_to
 
 BASELINES = ("keda-avg", "keda-sum", "static-best", "oracle")
 
@@ -80,7 +81,7 @@ def table(data: dict[str, Any]) -> str:
             [
                 name,
                 _fmt(r["gpu_hours"]),
-                _fmt(r["slo_attainment"], 4),
+                _fmt(floor_to(r["slo_attainment"], 4), 4),
                 meets,
                 _fmt(r["ttft_p50_s"]),
                 _fmt(r["ttft_p99_s"]),

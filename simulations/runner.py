@@ -100,6 +100,9 @@ class Contender:
 
 @dataclass
 class RunResult:
+    """One run's figures. ``dropped_requests`` is every request not completed: aborted by a scale-in, never
+    served, or still decoding when the run ended (``tail_limit_s`` after the last arrival)."""
+
     policy: str
     gpu_hours: float
     slo_attainment: float
@@ -121,7 +124,7 @@ class RunResult:
         data: dict[str, Any] = {
             "policy": self.policy,
             "gpu_hours": round(self.gpu_hours, 4),
-            "slo_attainment": round(self.slo_attainment, 5),
+            "slo_attainment": floor_to(self.slo_attainment, 5),
             "ttft_p50_s": _round(self.ttft_p50_s),
             "ttft_p99_s": _round(self.ttft_p99_s),
             "queue_wait_p99_s": _round(self.queue_wait_p99_s),
@@ -137,6 +140,13 @@ class RunResult:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def floor_to(value: float, digits: int) -> float:
+    """``value`` cut, not rounded, to ``digits`` decimals: an SLO attainment of 0.989996 must not read 0.99,
+    which would meet a target of 99 % that the run missed."""
+    scale = 10**digits
+    return math.floor(value * scale + 1e-9) / scale
 
 
 def _quantile(values: np.ndarray, q: float) -> float | None:
@@ -255,6 +265,7 @@ def run(
     served = ~np.isnan(fleet.first_token)
     ttft = (fleet.first_token - fleet.arrival)[served]
     waited = ~np.isnan(fleet.admitted)
+    completed = int((~np.isnan(fleet.finished)).sum())
     return RunResult(
         policy=contender.name,
         gpu_hours=gpu_seconds_at_end * model.gpus_per_replica / 3600.0,
@@ -262,8 +273,8 @@ def run(
         ttft_p50_s=_quantile(ttft, 0.5),
         ttft_p99_s=_quantile(ttft, 0.99),
         queue_wait_p99_s=_quantile((fleet.admitted - fleet.arrival)[waited], 0.99),
-        completed_requests=int((~np.isnan(fleet.finished)).sum()),
-        dropped_requests=int(fleet.dropped.sum() + (~served & ~fleet.dropped).sum()),
+        completed_requests=completed,
+        dropped_requests=trace.requests - completed,
         scale_events=events,
         max_replicas=max_replicas,
         tuned=contender.tuned,

@@ -14,7 +14,16 @@ from autoscaler.cli import main
 from simulations.compare import builtin_policy, compare, keda_contender
 from simulations.fleet import Fleet, share_processor
 from simulations.replica_model import ReplicaModel, parse_overrides
-from simulations.runner import Contender, keda_signals, long_run_hint, oracle_bound, run, signals_for, slo_met
+from simulations.runner import (
+    Contender,
+    RunResult,
+    keda_signals,
+    long_run_hint,
+    oracle_bound,
+    run,
+    signals_for,
+    slo_met,
+)
 from simulations.traces import Trace, TraceError, load_trace, synthetic_day
 
 
@@ -50,13 +59,41 @@ def test_a_fixed_replica_matches_processor_sharing_queueing(rate: float, prompt:
     assert float(np.nanmean(fleet.first_token - fleet.arrival)) == pytest.approx(expected, rel=0.10)
 
 
-def test_every_request_completes_or_is_counted_dropped() -> None:
-    trace = synthetic_day(seed=3, hours=0.5)
-    for drain in (True, False):
-        model = ReplicaModel(drain=drain, cold_start_s=60)
-        document = builtin_policy()
-        result = compare(trace, model, document, ["threshold"], 2.0, 0.99, progress=False).results[0]
-        assert result.completed_requests + result.dropped_requests == trace.requests
+@pytest.mark.parametrize("drain", [True, False])
+def test_every_request_completes_or_is_counted_dropped(drain: bool) -> None:
+    """Scale-ins in the middle of the load: a request ends exactly once, finished or aborted, never lost;
+    draining replicas abort nothing."""
+    trace = _poisson(2.0, 1_500, 800, 200)
+    fleet = Fleet(ReplicaModel(drain=drain, drain_timeout_s=30, cold_start_s=20), trace, 4)
+    now = 0.0
+    while not fleet.done or now <= trace.arrival_s[-1]:
+        if now in (200.0, 500.0):
+            fleet.scale_to(1 if now == 200.0 else 4, now)
+        fleet.step(now)
+        now += fleet.model.step_s
+    finished = ~np.isnan(fleet.finished)
+    assert (finished ^ fleet.dropped).all()
+    assert fleet.dropped.any() != drain
+    served = finished | ~np.isnan(fleet.first_token)
+    assert (fleet.arrival[served] <= fleet.first_token[served]).all()
+    assert (fleet.first_token[finished] <= fleet.finished[finished]).all()
+
+
+def test_the_report_never_rounds_a_miss_up_to_the_target() -> None:
+    """1 - 1/250,001 is 0.999996: rounded to five decimals it would read 1.0, a target of 100 % met."""
+    result = RunResult("p", 1.0, 1 - 1 / 250_001, None, None, None, 250_000, 1, 0, 1)
+    assert result.to_json()["slo_attainment"] == 0.99999
+    assert RunResult("p", 1.0, 0.99, None, None, None, 99, 1, 0, 1).to_json()["slo_attainment"] == 0.99
+
+
+def test_a_run_counts_what_it_did_not_complete_as_dropped() -> None:
+    """Requests still decoding when the run stops, or never served, are dropped in the report."""
+    trace = _poisson(0.5, 200, 800, 500)
+    contender = Contender("two", static=2)
+    whole = run(trace, ReplicaModel(), contender, 2, 2.0, timeline=False)
+    cut = run(trace, ReplicaModel(), contender, 2, 2.0, timeline=False, tail_limit_s=10.0)
+    assert whole.dropped_requests == 0 and whole.completed_requests == trace.requests
+    assert cut.dropped_requests > 0 and cut.completed_requests + cut.dropped_requests == trace.requests
 
 
 def test_a_lone_request_takes_its_own_prefill() -> None:
