@@ -111,7 +111,14 @@ def verdict(data: dict[str, Any]) -> str:
     meeting = [r for r in runs if _meets(r, target)]
     if not meeting:
         most = data["model"]["max_replicas"]
-        return f"verdict: no run meets the SLO target ({target:.0%}), not even {most} fixed replicas"
+        line = f"verdict: no run meets the SLO target ({target:.0%}), not even {most} fixed replicas"
+        bound = next((r for r in data["results"] if r.get("lower_bound")), None)
+        if bound is not None and bound["max_replicas"] > most:
+            line += (
+                f"; the oracle's busiest minute takes {bound['max_replicas']}, more than maxReplicas: raise it "
+                "(--config) or the replica's throughput (--replica)"
+            )
+        return line
     static = next(r for r in runs if r["policy"] == "static-best")
     if static["gpu_hours"] <= 0:
         return "verdict: the trace spans no time, so every run costs nothing"

@@ -86,6 +86,17 @@ def test_the_report_never_rounds_a_miss_up_to_the_target() -> None:
     assert RunResult("p", 1.0, 0.99, None, None, None, 99, 1, 0, 1).to_json()["slo_attainment"] == 0.99
 
 
+def test_a_load_beyond_max_replicas_is_named_in_the_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    heavy = tmp_path / "heavy.jsonl"
+    heavy.write_text(
+        "".join(f'{{"timestamp": {i * 100}, "input_length": 20000, "output_length": 10}}\n' for i in range(600))
+    )
+    assert main(["simulate", "--trace", str(heavy), "--policy", "threshold"]) == 0
+    out = capsys.readouterr().out
+    assert "no run meets the SLO target (99%), not even 32 fixed replicas; the oracle's busiest minute takes" in out
+    assert "more than maxReplicas" in out
+
+
 def test_a_run_counts_what_it_did_not_complete_as_dropped() -> None:
     """Requests still decoding when the run stops, or never served, are dropped in the report."""
     trace = _poisson(0.5, 200, 800, 500)
