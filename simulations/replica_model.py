@@ -54,6 +54,11 @@ class ReplicaModel(StrictModel):
     def _decode_slower_than_prefill(self) -> ReplicaModel:
         if self.decode_tokens_per_s >= self.prefill_tokens_per_s:
             raise ValueError("decode_tokens_per_s must be below prefill_tokens_per_s (a step reads the weights once)")
+        if self.staleness_s < self.scrape_interval_s:
+            raise ValueError(
+                f"staleness_s ({self.staleness_s:g}) must be at least scrape_interval_s ({self.scrape_interval_s:g}): "
+                "every sample would go stale before the next scrape, leaving the policies without metrics"
+            )
         return self
 
     @property
@@ -101,4 +106,6 @@ def parse_overrides(pairs: list[str], base: ReplicaModel | None = None) -> Repli
         return ReplicaModel.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ValueError(f"--replica {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        where = ".".join(map(str, first["loc"])) or "settings"
+        message = first["msg"].removeprefix("Value error, ")
+        raise ValueError(f"--replica {where}: {message}") from None

@@ -230,6 +230,8 @@ def test_replica_overrides() -> None:
         parse_overrides(["warp_drive=1"])
     with pytest.raises(ValueError, match="max_num_seqs"):
         parse_overrides(["max_num_seqs=zero"])
+    with pytest.raises(ValueError, match=r"staleness_s \(5\) must be at least scrape_interval_s \(30\)"):
+        parse_overrides(["scrape_interval_s=30", "staleness_s=5"])
 
 
 def test_real_traces_are_read(shared_trace: Path) -> None:
