@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -39,6 +40,23 @@ def _unwritable(*paths: str | None) -> str | None:
         if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
             return f"{path}: not writable"
     return None
+
+
+def _finite(text: str) -> float:
+    """An option's number: ``inf`` and ``nan`` parse as floats but mean nothing as seconds or fractions."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _seed(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 0 or more")
+    return int(text)
 
 
 def _write_failed(exc: OSError, path: str | None) -> int:
@@ -133,6 +151,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             print(f"vllm-autoscaler: simulating the first workload, {document.workloads[0].key}", file=sys.stderr)
     if not 0 < args.slo_target <= 1 or args.slo_ttft <= 0:
         _error("--slo-target must be in (0, 1] and --slo-ttft positive")
+        return EXIT_BAD_INPUT
+    if args.cold_start is not None and not args.cold_start >= 0:
+        _error("--cold-start must be a number of seconds, 0 or more")
         return EXIT_BAD_INPUT
     if problem := _unwritable(args.out, args.plot):
         _error(problem)
@@ -343,14 +364,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="REPORT.json")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--tune", action="store_true", help="find each policy's cheapest setting that meets the SLO")
-    p.add_argument("--time-scale", type=float, default=1.0, help="2 = replay twice as fast")
-    p.add_argument("--cold-start", type=float, metavar="SECONDS", help="overrides coldStartSeconds")
-    p.add_argument("--slo-ttft", type=float, default=2.0, metavar="SECONDS")
-    p.add_argument("--slo-target", type=float, default=0.99, metavar="FRACTION")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-scale", type=_finite, default=1.0, help="2 = replay twice as fast")
+    p.add_argument("--cold-start", type=_finite, metavar="SECONDS", help="overrides coldStartSeconds")
+    p.add_argument("--slo-ttft", type=_finite, default=2.0, metavar="SECONDS")
+    p.add_argument("--slo-target", type=_finite, default=0.99, metavar="FRACTION")
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--policy", action="append", metavar="TYPE", help="policy type to compare (repeatable)")
     p.add_argument("--replica", action="append", default=[], metavar="KEY=VALUE", help="replica model parameter")
-    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply a rate file's rates")
+    p.add_argument("--rate-scale", type=_finite, default=1.0, help="multiply a rate file's rates")
     p.add_argument("--lengths-from", metavar="FILE", help="draw a rate file's request lengths from this trace")
     p.set_defaults(func=cmd_simulate)
 

@@ -41,9 +41,9 @@ Duration = Annotated[int, BeforeValidator(parse_duration)]
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors everywhere in the policy file."""
+    """Unknown keys are errors everywhere in the policy file, and so are infinite and NaN numbers."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
 
 class TargetType(StrEnum):

@@ -113,7 +113,7 @@ def verdict(data: dict[str, Any]) -> str:
         most = data["model"]["max_replicas"]
         line = f"verdict: no run meets the SLO target ({target:.0%}), not even {most} fixed replicas"
         bound = next((r for r in data["results"] if r.get("lower_bound")), None)
-        if bound is not None and bound["max_replicas"] > most:
+        if bound is not None and bound.get("max_replicas", 0) > most:
             line += (
                 f"; the oracle's busiest minute takes {bound['max_replicas']}, more than maxReplicas: raise it "
                 "(--config) or the replica's throughput (--replica)"

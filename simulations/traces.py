@@ -104,7 +104,9 @@ def _read_request_csv(path: Path, columns: tuple[str, str, str], parse_time: Cal
         header = [h.strip() for h in reader.fieldnames or []]
         missing = [c for c in columns if c not in header]
         if missing:
-            raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}; found {', '.join(header)}")
+            found = ", ".join(header)
+            found = found if len(found) <= 120 else found[:117] + "..."
+            raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}; found {found}")
         reader.fieldnames = header
         for row in reader:
             try:
@@ -248,6 +250,15 @@ def load_trace(
     path = Path(path)
     if not path.exists():
         raise TraceError(f"{path}: no such trace file")
+    if not path.is_file():
+        raise TraceError(f"{path}: not a file")
+    try:
+        return _read(path, fmt, seed, rate_scale, lengths_from)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read it as a text trace ({exc})") from None
+
+
+def _read(path: Path, fmt: str | None, seed: int, rate_scale: float, lengths_from: str | Path | None) -> Trace:
     fmt = fmt or guess_format(path)
     if fmt not in FORMATS:
         raise TraceError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")

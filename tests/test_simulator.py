@@ -97,6 +97,32 @@ def test_a_load_beyond_max_replicas_is_named_in_the_verdict(tmp_path: Path, caps
     assert "more than maxReplicas" in out
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--cold-start", "inf"], "argument --cold-start: 'inf' is not a finite number"),
+        (["--slo-ttft", "nan"], "argument --slo-ttft: 'nan' is not a finite number"),
+        (["--seed", "-1"], "argument --seed: '-1' is not a whole number"),
+        (["--cold-start", "-5"], "--cold-start must be a number of seconds, 0 or more"),
+        (["--replica", "prefill_tokens_per_s=inf"], "--replica prefill_tokens_per_s: Input should be a finite number"),
+        (["--trace", "."], ".: not a file"),
+    ],
+)
+def test_options_that_mean_nothing_are_refused(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(["simulate", *args])
+    except SystemExit as exc:  # argparse refuses the option's type itself
+        code = exc.code
+    assert code == 2 and says in capsys.readouterr().err
+
+
+def test_a_binary_file_is_not_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    binary = tmp_path / "weights.csv"
+    binary.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\n\xb3\x00\xff")
+    assert main(["simulate", "--trace", str(binary)]) == 2
+    assert "weights.csv: cannot read it as a text trace ('utf-8' codec can't decode" in capsys.readouterr().err
+
+
 def test_a_run_counts_what_it_did_not_complete_as_dropped() -> None:
     """Requests still decoding when the run stops, or never served, are dropped in the report."""
     trace = _poisson(0.5, 200, 800, 500)
