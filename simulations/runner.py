@@ -146,7 +146,7 @@ def floor_to(value: float, digits: int) -> float:
     """``value`` cut, not rounded, to ``digits`` decimals: an SLO attainment of 0.989996 must not read 0.99,
     which would meet a target of 99 % that the run missed."""
     scale = 10**digits
-    return math.floor(value * scale + 1e-9) / scale
+    return float(math.floor(value * scale + 1e-9) / scale)
 
 
 def _quantile(values: np.ndarray, q: float) -> float | None:
