@@ -383,10 +383,12 @@ def _workers(shared: _Shared, jobs: int) -> int:
     return max(1, min(jobs, os.cpu_count() or 1))
 
 
-def _run_jobs(shared: _Shared, jobs: list[tuple[str, Any]], tick: Callable[[str], None]) -> list[RunResult]:
+def _run_jobs(
+    shared: _Shared, jobs: list[tuple[str, Any]], tick: Callable[[str], None], workers: int | None = None
+) -> list[RunResult]:
     """The contenders' runs are independent: on a long trace they run in parallel worker processes,
     which inherit the trace by fork; results are the same either way."""
-    workers = _workers(shared, len(jobs))
+    workers = workers or _workers(shared, len(jobs))
     if workers < 2:
         results = []
         for job in jobs:
@@ -432,7 +434,10 @@ def compare(
     jobs: list[tuple[str, Any]] = [("tune" if tuning else "policy", t) for t in policy_types]
     jobs += [("keda", True), ("keda", False)]
     shared = _Shared(trace, model, document, workload, initial, slo_ttft, slo_target)
-    result.results.extend(_run_jobs(shared, jobs, bar.step))
+    # One process per contender, more than there are cores: a tuning search is many runs and a KEDA
+    # baseline one, so a pool of one per core would leave the last search alone on one core.
+    every = len(jobs) if _workers(shared, len(jobs)) > 1 else None
+    result.results.extend(_run_jobs(shared, jobs, bar.step, every))
     result.results.append(best_run)
     bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
     result.oracle_gpu_hours = bound.gpu_hours
