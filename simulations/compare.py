@@ -434,9 +434,10 @@ def compare(
     jobs: list[tuple[str, Any]] = [("tune" if tuning else "policy", t) for t in policy_types]
     jobs += [("keda", True), ("keda", False)]
     shared = _Shared(trace, model, document, workload, initial, slo_ttft, slo_target)
-    # One process per contender, more than there are cores: a tuning search is many runs and a KEDA
-    # baseline one, so a pool of one per core would leave the last search alone on one core.
-    every = len(jobs) if _workers(shared, len(jobs)) > 1 else None
+    # Tuning, one process per contender, more than there are cores: a search is many runs and a KEDA
+    # baseline one, so a pool of one per core would leave the last search alone on one core. Untuned runs
+    # are of a length, and more processes than cores only make them contend for the caches.
+    every = len(jobs) if tuning and _workers(shared, len(jobs)) > 1 else None
     result.results.extend(_run_jobs(shared, jobs, bar.step, every))
     result.results.append(best_run)
     bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
