@@ -291,14 +291,15 @@ def test_predictive_headroom_sizes_a_flat_load(headroom: float, expected: int) -
     ("cold_start", "policy", "expected"),
     [
         (300, {}, 0.6),  # the reference horizon, 315 s
-        (60, {}, 0.6),  # a step needs the same headroom however fast replicas start
-        (0, {}, 0.6),
+        (120, {}, 0.6 * math.sqrt(150 / 315)),  # a faster start leaves a step less time to spend the SLO
+        (60, {}, 0.6 * math.sqrt(150 / 315)),  # but the signals' own noise does not shrink with it
+        (0, {}, 0.6 * math.sqrt(150 / 315)),
         (930, {}, 0.6 * math.sqrt(945 / 315)),  # three times the horizon: sqrt(3) times the headroom
         (930, {"headroom": 0.6}, 0.6),  # a configured headroom is taken as given
         (930, {"horizonSeconds": 315}, 0.6),  # the horizon, not the cold start, decides
     ],
 )
-def test_predictive_default_headroom_grows_with_the_square_root_of_a_long_horizon(
+def test_predictive_default_headroom_follows_the_square_root_of_the_horizon(
     cold_start: int, policy: dict[str, float], expected: float
 ) -> None:
     decider = _decider(coldStartSeconds=cold_start, policy={"type": "predictive", **policy})
