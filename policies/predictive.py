@@ -134,6 +134,14 @@ class PredictivePolicy:
             return self.params.headroom
         return DEFAULT_HEADROOM * math.sqrt(max(self.horizon, SHORTEST_HORIZON_S) / REFERENCE_HORIZON_S)
 
+    def resolved(self) -> dict[str, float]:
+        """The settings this policy runs with, its defaults worked out (they follow the cold start)."""
+        return {
+            "headroom": round(self.headroom, 4),
+            "horizonSeconds": self.horizon,
+            "trendWindowSeconds": self.trend_window,
+        }
+
     @property
     def horizon(self) -> float:
         if self.params.horizon_seconds is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
 from policies.base import Observation
 from policies.pipeline import WorkloadDecider
@@ -88,6 +89,20 @@ class Contender:
     static: int | None = None
     tuned: dict[str, float] | None = None
 
+    def settings(self) -> dict[str, Any] | None:
+        """The policy block the decider runs, with any defaults the policy works out (``resolved``)."""
+        if self.decider is None:
+            return None
+        policy = self.decider.policy
+        params = getattr(policy, "params", None)
+        settings: dict[str, Any] = (
+            params.model_dump(by_alias=True, exclude_none=True, mode="json") if isinstance(params, BaseModel) else {}
+        )
+        resolved = getattr(policy, "resolved", None)
+        if callable(resolved):
+            settings.update(resolved())
+        return settings
+
     def desired(self, fleet: Fleet, now: float) -> int:
         if self.static is not None:
             return self.static
@@ -116,6 +131,7 @@ class RunResult:
     tuned: dict[str, float] | None = None
     timeline: dict[str, list[float]] = field(default_factory=dict)
     abandoned: bool = False
+    settings: dict[str, Any] | None = None
 
     def meets(self, target: float) -> bool:
         return self.slo_attainment >= target
@@ -135,6 +151,8 @@ class RunResult:
         }
         if self.tuned is not None:
             data["tuned"] = self.tuned
+        if self.settings is not None:
+            data["settings"] = self.settings
         return data
 
 
@@ -279,6 +297,7 @@ def run(
         max_replicas=max_replicas,
         tuned=contender.tuned,
         timeline=series if timeline else {},
+        settings=contender.settings(),
     )
 
 

@@ -123,6 +123,24 @@ def test_a_binary_file_is_not_a_trace(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "weights.csv: cannot read it as a text trace ('utf-8' codec can't decode" in capsys.readouterr().err
 
 
+def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> None:
+    """The default headroom follows the cold start, so the report says which one a run used."""
+    out = tmp_path / "r.json"
+    assert (
+        main(["simulate", "--time-scale", "8", "--cold-start", "600", "--policy", "predictive", "--out", str(out)]) == 0
+    )
+    runs = {r["policy"]: r for r in json.loads(out.read_text())["results"]}
+    assert runs["predictive"]["settings"] == {
+        "type": "predictive",
+        "tolerance": 0.1,
+        "maxGrowth": 0.5,
+        "headroom": round(0.6 * (615 / 315) ** 0.5, 4),
+        "horizonSeconds": 615.0,
+        "trendWindowSeconds": 1230.0,
+    }
+    assert runs["keda-sum"]["settings"]["type"] == "threshold" and "settings" not in runs["static-best"]
+
+
 def test_a_run_counts_what_it_did_not_complete_as_dropped() -> None:
     """Requests still decoding when the run stops, or never served, are dropped in the report."""
     trace = _poisson(0.5, 200, 800, 500)
