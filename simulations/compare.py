@@ -376,19 +376,20 @@ def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
     return run(s.trace, s.model, policy_contender(doc, wl, s.model), s.initial, s.slo_ttft)
 
 
-def _workers(shared: _Shared, jobs: int) -> int:
-    """Worker processes for ``jobs`` runs: one per core on a long trace, else none (1)."""
+def _workers(shared: _Shared, jobs: int, beyond_cores: bool = False) -> int:
+    """Worker processes for ``jobs`` runs on a long trace: one per core, or with ``beyond_cores`` one per
+    job; else none (1)."""
     if shared.trace.requests < PARALLEL_MIN_REQUESTS or "fork" not in mp.get_all_start_methods():
         return 1
-    return max(1, min(jobs, os.cpu_count() or 1))
+    return max(1, jobs if beyond_cores else min(jobs, os.cpu_count() or 1))
 
 
 def _run_jobs(
-    shared: _Shared, jobs: list[tuple[str, Any]], tick: Callable[[str], None], workers: int | None = None
+    shared: _Shared, jobs: list[tuple[str, Any]], tick: Callable[[str], None], beyond_cores: bool = False
 ) -> list[RunResult]:
     """The contenders' runs are independent: on a long trace they run in parallel worker processes,
     which inherit the trace by fork; results are the same either way."""
-    workers = workers or _workers(shared, len(jobs))
+    workers = _workers(shared, len(jobs), beyond_cores)
     if workers < 2:
         results = []
         for job in jobs:
@@ -437,8 +438,7 @@ def compare(
     # Tuning, one process per contender, more than there are cores: a search is many runs and a KEDA
     # baseline one, so a pool of one per core would leave the last search alone on one core. Untuned runs
     # are of a length, and more processes than cores only make them contend for the caches.
-    every = len(jobs) if tuning and _workers(shared, len(jobs)) > 1 else None
-    result.results.extend(_run_jobs(shared, jobs, bar.step, every))
+    result.results.extend(_run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
     result.results.append(best_run)
     bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
     result.oracle_gpu_hours = bound.gpu_hours
