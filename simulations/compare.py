@@ -202,19 +202,16 @@ class Progress:
 
 
 def static_best(
-    shared: _Shared, lo: int, hi: int, tick: Callable[[str], None] = lambda _: None
+    shared: _Shared, lo: int, hi: int, busiest: float, tick: Callable[[str], None] = lambda _: None
 ) -> tuple[int | None, RunResult]:
     """The smallest fixed fleet in ``[lo, hi]`` meeting the SLO target (SLO attainment grows with the fleet).
     Without one, ``None`` and the run at ``hi``.
 
-    The search starts at the oracle's busiest minute (a fixed fleet must carry it too). Each round runs as
-    many candidate fleets as there are worker processes, spread evenly over what is left, and a run that has
-    certainly missed more requests than the target allows stops early.
+    The search starts at ``busiest``, the oracle's busiest minute (a fixed fleet must carry it too). Each
+    round runs as many candidate fleets as there are worker processes, spread evenly over what is left, and
+    a run that has certainly missed more requests than the target allows stops early.
     """
     budget = allowed_misses(shared.trace, shared.slo_target)
-    busiest = float(
-        oracle_bound(shared.trace, shared.model, lo, shared.slo_ttft, shared.slo_target).replicas_per_window.max()
-    )
     low, high = min(max(lo, math.ceil(busiest - 1e-9)), hi), hi
     results: dict[int, RunResult] = {}
     while low < high:
@@ -426,8 +423,10 @@ def compare(
     lo, hi = workload.min_replicas, workload.max_replicas
     total = len(policy_types) * (9 if tuning else 1) + 2 + math.ceil(math.log2(max(hi - lo, 1) + 1)) + 1
     bar = Progress(total, progress and sys.stderr.isatty())
+    bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
+    busiest = float(bound.replicas_per_window.max())
     searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
-    best_n, best_run = static_best(searching, lo, hi, bar.step)
+    best_n, best_run = static_best(searching, lo, hi, busiest, bar.step)
     # Every run starts from the fleet that carries this load, as if the controller had been running before
     # the trace began: no policy pays for a cold fleet at t=0.
     initial = best_n if best_n is not None else hi
@@ -440,9 +439,8 @@ def compare(
     # are of a length, and more processes than cores only make them contend for the caches.
     result.results.extend(_run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
     result.results.append(best_run)
-    bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
     result.oracle_gpu_hours = bound.gpu_hours
-    result.oracle_max_replicas = math.ceil(float(bound.replicas_per_window.max()) - 1e-9)
+    result.oracle_max_replicas = math.ceil(busiest - 1e-9)
     bar.close()
     result.elapsed_s = time.monotonic() - started
     return result
