@@ -51,7 +51,7 @@ class ReplicaModel(StrictModel):
     hpa_sync_s: float = Field(default=15.0, gt=0, description="the HPA cycle of the KEDA baselines")
 
     @model_validator(mode="after")
-    def _decode_slower_than_prefill(self) -> ReplicaModel:
+    def _parameters_agree(self) -> ReplicaModel:
         if self.decode_tokens_per_s >= self.prefill_tokens_per_s:
             raise ValueError("decode_tokens_per_s must be below prefill_tokens_per_s (a step reads the weights once)")
         if self.staleness_s < self.scrape_interval_s:
