@@ -152,7 +152,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if not 0 < args.slo_target <= 1 or args.slo_ttft <= 0:
         _error("--slo-target must be in (0, 1] and --slo-ttft positive")
         return EXIT_BAD_INPUT
-    if args.cold_start is not None and not args.cold_start >= 0:
+    if args.cold_start is not None and args.cold_start < 0:
         _error("--cold-start must be a number of seconds, 0 or more")
         return EXIT_BAD_INPUT
     if problem := _unwritable(args.out, args.plot):
