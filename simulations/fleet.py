@@ -16,6 +16,7 @@ the fleet size. Metrics are exposed as Prometheus would see them: gauges and cou
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -56,6 +57,10 @@ def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray)
         if need <= cap1 * (1 + 1e-12):
             return np.array([need]), np.array([need / max(cap1, 1e-12)])
         return np.array([cap1]), np.array([2.0])
+    cap = capacity[group]
+    if np.bincount(group).max() == 1:  # one prompt in prefill per replica: again no sharing to compute
+        finishes = demand <= cap * (1 + 1e-12)
+        return np.where(finishes, demand, cap), np.where(finishes, demand / np.maximum(cap, 1e-12), 2.0)
     order = np.lexsort((demand, group))
     d, g = demand[order], group[order]
     starts, sizes = group_runs(g)
@@ -63,7 +68,7 @@ def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray)
     rank = np.arange(n) - first
     size = np.repeat(sizes, sizes)
     remaining = size - rank  # members still sharing when this one is reached
-    cap = capacity[g]
+    cap = cap[order]
     previous = np.empty(n)
     previous[0] = 0.0
     previous[1:] = d[:-1]
@@ -221,7 +226,8 @@ class Fleet:
 
         Least-waiting routing picks, for each request, the replica with the fewest waiting, then the least
         KV reserved, then the fewest running, the first such in ``candidates``; only the waiting counts
-        change while a step's arrivals are routed (admission comes after), so the keys are built once.
+        change while a step's arrivals are routed (admission comes after), so the keys are built once, in
+        a heap.
         """
         if not reqs:
             return
@@ -230,13 +236,12 @@ class Fleet:
                 candidates[self.round_robin % len(candidates)].waiting.append(req)
                 self.round_robin += 1
             return
-        keys = [[len(r.waiting), r.kv_reserved, r.running] for r in candidates]
-        pick = keys.__getitem__
-        slots = range(len(candidates))
+        heap = [(len(r.waiting), r.kv_reserved, r.running, i) for i, r in enumerate(candidates)]
+        heapq.heapify(heap)
         for req in reqs:
-            i = min(slots, key=pick)
+            waiting, kv, running, i = heap[0]
             candidates[i].waiting.append(req)
-            keys[i][0] += 1
+            heapq.heapreplace(heap, (waiting + 1, kv, running, i))
 
     def _admit(self, now: float) -> None:
         cap, max_seqs, footprint = self.model.kv_cache_tokens, self.model.max_num_seqs, self.footprint
@@ -300,47 +305,50 @@ class Fleet:
         size = len(self.replicas)
         flops, weights, budget = model.prefill_tokens_per_s, model.weight_read_s, float(model.max_num_batched_tokens)
         prefilling = self.r_pre > 0
-        if not prefilling.any():  # most steps of a light load: no prefill, so every engine step is a decode
+        idx_p = np.flatnonzero(prefilling)
+        if not len(idx_p):  # most steps of a light load: no prefill, so every engine step is a decode
             iterations = dt / (weights + np.bincount(self.r_rep, minlength=size) / flops)
             self._decode(end, iterations, ~prefilling, prefilling)
             return
+        # Only the requests in prefill (``_p``) take part until the decode.
+        rep_p, pre_p = self.r_rep[idx_p], self.r_pre[idx_p]
         # The part of this step during which each request has been here (arrivals inside the step).
-        avail = np.minimum((end - self.r_start) / dt, 1.0)
-        rep_p = self.r_rep[prefilling]
-        pending = np.bincount(rep_p, weights=self.r_pre[prefilling], minlength=size)
+        avail = np.minimum((end - self.r_start[idx_p]) / dt, 1.0)
+        pending = np.bincount(rep_p, weights=pre_p, minlength=size)
         batch = np.bincount(self.r_rep[~prefilling], minlength=size).astype(float)
         room = np.maximum(budget - batch, 0.0)
         # Either all pending prefill fits in this step beside the decodes, or every engine step is full.
-        it_all = np.maximum(dt - pending / flops, 0.0) / (weights + batch / flops)
-        fits = (pending / flops < dt) & (pending <= it_all * room + 1e-9)
+        pending_s = pending / flops
+        it_all = np.maximum(dt - pending_s, 0.0) / (weights + batch / flops)
+        fits = (pending_s < dt) & (pending <= it_all * room + 1e-9)
         it_full = dt / (
             weights + np.minimum(batch + np.where(pending > 0, room, 0.0), np.maximum(budget, batch)) / flops
         )
         iterations = np.where(fits, it_all, it_full)
         prefill_tokens = np.where(fits, pending, np.minimum(iterations * room, pending))
-        idx_p = np.flatnonzero(prefilling)
         # Prefill runs at the full-step rate while it lasts; when it all fits it simply ends early.
         rate = np.where(fits, np.maximum(prefill_tokens, it_full * room), prefill_tokens)
         # A request that arrived inside the step can use at most its part of the step.
-        demand = np.minimum(self.r_pre[idx_p], avail[idx_p] * rate[rep_p] + 1e-9 * (avail[idx_p] >= 1))
+        demand = np.minimum(pre_p, avail * rate[rep_p] + 1e-9 * (avail >= 1))
         received, finish_frac = share_processor(rep_p, demand, rate)
-        used = np.zeros(len(self.r_pre))
-        used[idx_p] = np.minimum(received, self.r_pre[idx_p])
-        done_pre = np.zeros(len(self.r_pre), dtype=bool)
-        done_pre[idx_p] = self.r_pre[idx_p] - used[idx_p] <= 1e-9
-        self.prompt_tokens_total += float(used.sum())
-        if done_pre.any():
-            at_frac = np.zeros(len(self.r_pre))
-            at_frac[idx_p] = np.minimum(finish_frac, 1.0)
-            at = np.maximum(now + at_frac[done_pre] * dt, self.r_start[done_pre])
-            reqs = self.r_req[done_pre]
+        used_p = np.minimum(received, pre_p)
+        left_p = pre_p - used_p
+        self.prompt_tokens_total += float(used_p.sum())
+        self.r_pre = self.r_pre.copy()
+        self.r_pre[idx_p] = left_p
+        finished = np.zeros(len(self.r_pre), dtype=bool)
+        done_p = left_p <= 1e-9
+        if done_p.any():
+            done = idx_p[done_p]
+            at = np.maximum(now + np.minimum(finish_frac[done_p], 1.0) * dt, self.r_start[done])
+            reqs = self.r_req[done]
             self.first_token[reqs] = at
             order = np.argsort(at)
             self.ttft_at.extend(at[order].tolist())
             self.ttft_value.extend((at - self.arrival[reqs])[order].tolist())
-            self.generation_tokens_total += float(done_pre.sum())
-        self.r_pre = self.r_pre - used
-        self._decode(end, iterations, ~prefilling, done_pre & (self.r_dec <= 1e-9))
+            self.generation_tokens_total += float(len(done))
+            finished[done] = self.r_dec[done] <= 1e-9
+        self._decode(end, iterations, ~prefilling, finished)
 
     def _decode(self, end: float, iterations: np.ndarray, decoding: np.ndarray, finished: np.ndarray) -> None:
         """A token for each ``decoding`` request per engine step of its replica (``iterations``), then the
