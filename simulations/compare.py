@@ -309,25 +309,28 @@ def tune(
         return result
 
     def search() -> tuple[float, RunResult]:
-        """Bisection between the safe end (most capacity: small target, big headroom) and the cheap end."""
+        """Bisection between the safe end (most capacity: small target, big headroom) and the cheap end.
+
+        The safe end is run last, and only when no setting tried below it met the target: it holds the
+        most replicas for the whole trace, so it is the longest run of the search, and what it would
+        tell, that the search has a setting that meets the SLO, the first setting that meets it tells too.
+        """
         safe_x, cheap_x = (hi, lo) if policy_type == "predictive" else (lo, hi)
-        best_x, best = safe_x, attempt(safe_x, full=True)  # reported even if it misses
-        if not best.meets(slo_target):
-            return best_x, best
         cheap = attempt(cheap_x)
         if cheap.meets(slo_target):
-            return (cheap_x, cheap) if cheap.gpu_hours <= best.gpu_hours else (best_x, best)
+            return cheap_x, cheap
+        found: tuple[float, RunResult] | None = None
         good, bad = safe_x, cheap_x
         for _ in range(steps):
             mid = (good + bad) / 2
             result = attempt(mid)
             if result.meets(slo_target):
                 good = mid
-                if result.gpu_hours <= best.gpu_hours:
-                    best_x, best = mid, result
+                if found is None or result.gpu_hours <= found[1].gpu_hours:
+                    found = mid, result
             else:
                 bad = mid
-        return best_x, best
+        return found or (safe_x, attempt(safe_x, full=True))  # the safe end is reported even if it misses
 
     best_x, best = search()
     if no_trend:

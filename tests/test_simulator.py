@@ -534,6 +534,25 @@ def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_mo
     assert set(tuned["threshold"].tuned or {}) == {"target"}
 
 
+def test_tuning_runs_the_safe_end_last_and_reports_it_when_no_setting_meets_the_slo() -> None:
+    from autoscaler.policy_file import parse_policy_document
+    from simulations.compare import builtin_document, tune
+
+    trace = synthetic_day(seed=1, mean_rps=3.0, hours=0.1, bursts=0)
+    model = ReplicaModel(cold_start_s=60)
+    raw = builtin_document(model, trace)
+    raw["workloads"][0].update(minReplicas=1, maxReplicas=1)  # one replica cannot carry 3 requests/s
+    document = parse_policy_document(raw, "<test>")
+    workload = document.workloads[0]
+    tried: list[str] = []
+    result = tune(trace, model, document, workload, "threshold", 1, 2.0, 0.99, tried.append)
+    safe = workload.metrics[0].target.value / 8
+    assert len(tried) == 9 and tried[-1] == f"tune threshold {round(safe, 4)}"
+    assert not result.meets(0.99) and not result.abandoned
+    assert result.tuned == {"target": pytest.approx(safe, abs=1e-4)}
+    assert result.completed_requests + result.dropped_requests == trace.requests
+
+
 def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
     from simulations.report import verdict
 
