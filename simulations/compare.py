@@ -19,8 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -202,22 +201,44 @@ class Progress:
 
 
 def static_best(
-    shared: _Shared, lo: int, hi: int, busiest: float, tick: Callable[[str], None] = lambda _: None
-) -> tuple[int | None, RunResult]:
+    shared: _Shared,
+    lo: int,
+    hi: int,
+    busiest: float,
+    tick: Callable[[str], None] = lambda _: None,
+    then: list[tuple[str, Any]] | None = None,
+) -> tuple[int | None, RunResult, list[RunResult] | None]:
     """The smallest fixed fleet in ``[lo, hi]`` meeting the SLO target (SLO attainment grows with the fleet).
     Without one, ``None`` and the run at ``hi``.
 
     The search starts at ``busiest``, the oracle's busiest minute (a fixed fleet must carry it too). Each
     round runs as many candidate fleets as there are worker processes, spread evenly over what is left, and
     a run that has certainly missed more requests than the target allows stops early.
+
+    ``then`` are the runs that start from the fleet found. When the last round has one fleet left to try,
+    just below one that met the target, its run alone would leave the other workers idle: they start
+    ``then`` from that fleet meanwhile, betting that it meets the target. If it does, their results come
+    third; if not, they are stopped, the third item is ``None``, and the caller runs ``then`` itself.
     """
     budget = allowed_misses(shared.trace, shared.slo_target)
     low, high = min(max(lo, math.ceil(busiest - 1e-9)), hi), hi
     results: dict[int, RunResult] = {}
+    ahead: list[RunResult] | None = None
     while low < high:
         k = min(_workers(shared, 2), high - low)
         points = sorted({low + (high - low) * (i + 1) // (k + 1) for i in range(k)})
-        for n, result in zip(points, _run_jobs(shared, [("static", (n, budget)) for n in points], tick), strict=True):
+        jobs: list[tuple[str, Any]] = [("static", (n, budget)) for n in points]
+        if then and len(points) == 1 and high in results and _workers(shared, 2) > 1:
+            ran = _run_jobs(
+                replace(shared, initial=points[0]),
+                [*jobs, *then],
+                tick,
+                first_decides=lambda r: r.meets(shared.slo_target),
+            )
+            ahead = ran[1:] or None  # the bet on points[0] held: the search ends there
+        else:
+            ran = _run_jobs(shared, jobs, tick)
+        for n, result in zip(points, ran[: len(points)], strict=True):
             results[n] = result
         passing = [n for n in points if results[n].meets(shared.slo_target)]
         if passing:
@@ -228,8 +249,8 @@ def static_best(
     if low not in results:
         results[low] = _run_jobs(shared, [("static", (low, budget))], tick)[0]
     if results[low].meets(shared.slo_target):
-        return low, results[low]
-    return None, _run_jobs(shared, [("static", (hi, None))], tick)[0]  # the full run at hi, for the report
+        return low, results[low], ahead
+    return None, _run_jobs(shared, [("static", (hi, None))], tick)[0], None  # the full run at hi, for the report
 
 
 KNOBS = {"threshold": "target", "pid": "setpoint", "predictive": "headroom"}
@@ -385,28 +406,41 @@ def _workers(shared: _Shared, jobs: int, beyond_cores: bool = False) -> int:
 
 
 def _run_jobs(
-    shared: _Shared, jobs: list[tuple[str, Any]], tick: Callable[[str], None], beyond_cores: bool = False
+    shared: _Shared,
+    jobs: list[tuple[str, Any]],
+    tick: Callable[[str], None],
+    beyond_cores: bool = False,
+    first_decides: Callable[[RunResult], bool] | None = None,
 ) -> list[RunResult]:
     """The contenders' runs are independent: on a long trace they run in parallel worker processes,
-    which inherit the trace by fork; results are the same either way."""
+    which inherit the trace by fork; results are the same either way.
+
+    With ``first_decides``, the others are worth running only if it holds for the first job's result:
+    when it does not, they are stopped and only the first result is returned.
+    """
     workers = _workers(shared, len(jobs), beyond_cores)
+    results: list[RunResult] = []
     if workers < 2:
-        results = []
         for job in jobs:
             results.append(_job(job, shared))
             tick(str(job[1]))
+            if first_decides is not None and len(results) == 1 and not first_decides(results[0]):
+                break
         return results
     global _SHARED
     _SHARED = shared
+    pool = mp.get_context("fork").Pool(workers)
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-            futures = [pool.submit(_job, job) for job in jobs]
-            results = []
-            for job, future in zip(jobs, futures, strict=True):
-                results.append(future.result())
-                tick(str(job[1]))
-            return results
+        handles = [pool.apply_async(_job, (job,)) for job in jobs]  # started in this order
+        for job, handle in zip(jobs, handles, strict=True):
+            results.append(handle.get())
+            tick(str(job[1]))
+            if first_decides is not None and len(results) == 1 and not first_decides(results[0]):
+                break
+        return results
     finally:
+        pool.terminate()  # only ever stops runs whose results are not wanted
+        pool.join()
         _SHARED = None
 
 
@@ -428,19 +462,21 @@ def compare(
     bar = Progress(total, progress and sys.stderr.isatty())
     bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
     busiest = float(bound.replicas_per_window.max())
+    jobs: list[tuple[str, Any]] = [("tune" if tuning else "policy", t) for t in policy_types]
+    jobs += [("keda", True), ("keda", False)]
     searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
-    best_n, best_run = static_best(searching, lo, hi, busiest, bar.step)
+    # Untuned runs may start during the search's last run (``then``); tuning searches, many runs each, are
+    # not started on a bet.
+    best_n, best_run, ahead = static_best(searching, lo, hi, busiest, bar.step, then=None if tuning else jobs)
     # Every run starts from the fleet that carries this load, as if the controller had been running before
     # the trace began: no policy pays for a cold fleet at t=0.
     initial = best_n if best_n is not None else hi
     result = Comparison(trace, model, workload, slo_ttft, slo_target, initial, static_best_replicas=best_n)
-    jobs: list[tuple[str, Any]] = [("tune" if tuning else "policy", t) for t in policy_types]
-    jobs += [("keda", True), ("keda", False)]
     shared = _Shared(trace, model, document, workload, initial, slo_ttft, slo_target)
     # Tuning, one process per contender, more than there are cores: a search is many runs and a KEDA
     # baseline one, so a pool of one per core would leave the last search alone on one core. Untuned runs
     # are of a length, and more processes than cores only make them contend for the caches.
-    result.results.extend(_run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
+    result.results.extend(ahead if ahead is not None else _run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
     result.results.append(best_run)
     result.oracle_gpu_hours = bound.gpu_hours
     result.oracle_max_replicas = math.ceil(busiest - 1e-9)

@@ -553,6 +553,36 @@ def test_tuning_runs_the_safe_end_last_and_reports_it_when_no_setting_meets_the_
     assert result.completed_requests + result.dropped_requests == trace.requests
 
 
+def test_worker_processes_give_the_same_report_and_start_the_policies_during_the_last_search_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import simulations.compare as compare_module
+    from simulations.compare import _Shared, static_best
+
+    trace = synthetic_day(seed=2, mean_rps=1.5, hours=0.5, bursts=2)
+    model = ReplicaModel(cold_start_s=120)
+    document = builtin_policy(model, trace)
+    alone = compare(trace, model, document, ["threshold", "predictive"], 2.0, 0.99, progress=False)
+    n = alone.static_best_replicas
+    assert n is not None and n >= 2
+    monkeypatch.setattr(compare_module, "PARALLEL_MIN_REQUESTS", 0)
+    monkeypatch.setattr(compare_module.os, "cpu_count", lambda: 2)
+    forked = compare(trace, model, document, ["threshold", "predictive"], 2.0, 0.99, progress=False)
+    assert forked.static_best_replicas == n
+    assert [r.to_json() for r in forked.results] == [r.to_json() for r in alone.results]
+
+    policies = {r.policy: r.to_json() for r in alone.results}
+    shared = _Shared(trace, model, document, document.workloads[0], 32, 2.0, 0.99)
+    then: list[tuple[str, object]] = [("policy", "threshold"), ("keda", False)]
+    # Fleets n+1 and n+2 meet the target, so the last run tries n alone: the bet on it holds.
+    found, run_at_n, ahead = static_best(shared, n, n + 3, 0.0, then=then)
+    assert found == n and run_at_n.to_json() == policies["static-best"]
+    assert ahead is not None and [r.to_json() for r in ahead] == [policies["threshold"], policies["keda-sum"]]
+    # Fleets n and n+1 meet it, so the last run tries n-1 alone, which misses: the runs begun on it are dropped.
+    found, run_at_n, ahead = static_best(shared, n - 1, n + 2, 0.0, then=then)
+    assert found == n and run_at_n.to_json() == policies["static-best"] and ahead is None
+
+
 def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
     from simulations.report import verdict
 
