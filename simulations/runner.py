@@ -172,7 +172,7 @@ def _quantile(values: np.ndarray, q: float) -> float | None:
 
 
 MISS_CHECK_S = 600
-LONG_RUN_STEPS = 1_000_000  # 2 to 5 min of one core per run on this project's machine (120-320 us a step)
+LONG_RUN_STEPS = 1_000_000  # 1.5 to 5 min of one core per run on this project's machine (80-300 us a step)
 
 
 def long_run_hint(trace: Trace, model: ReplicaModel) -> str | None:
