@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from autoscaler.settings import Settings
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
 
 
 def _error(message: str) -> None:
@@ -388,5 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_BAD_INPUT if exc.code not in (0, None) else EXIT_OK
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C during a long simulate, replay or record: no traceback
+        _error("interrupted")
+        return EXIT_INTERRUPTED
     return result

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -405,6 +406,12 @@ def _workers(shared: _Shared, jobs: int, beyond_cores: bool = False) -> int:
     return max(1, jobs if beyond_cores else min(jobs, os.cpu_count() or 1))
 
 
+def _leave_interrupts_to_the_parent() -> None:
+    """Ctrl-C reaches every process of the terminal's group: the workers ignore it, and the parent stops
+    them (``Pool.terminate``) as it unwinds, so the user sees one message, not a traceback per worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_jobs(
     shared: _Shared,
     jobs: list[tuple[str, Any]],
@@ -429,7 +436,7 @@ def _run_jobs(
         return results
     global _SHARED
     _SHARED = shared
-    pool = mp.get_context("fork").Pool(workers)
+    pool = mp.get_context("fork").Pool(workers, initializer=_leave_interrupts_to_the_parent)
     try:
         handles = [pool.apply_async(_job, (job,)) for job in jobs]  # started in this order
         for job, handle in zip(jobs, handles, strict=True):

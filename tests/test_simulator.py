@@ -496,6 +496,20 @@ def test_a_report_on_a_few_requests_is_consistent(tmp_path: Path, capsys: pytest
     assert "the trace spans no time" in capsys.readouterr().out
 
 
+def test_ctrl_c_during_a_simulation_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import simulations.compare as compare_module
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare_module, "compare", interrupted)
+    assert main(["simulate", "--time-scale", "8"]) == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "vllm-autoscaler: interrupted" and captured.out == ""
+
+
 def test_an_output_that_cannot_be_written_is_refused_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
