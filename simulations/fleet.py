@@ -372,11 +372,15 @@ class Fleet:
     # -- what Prometheus sees ---------------------------------------------------------------------
 
     def _ttft_p90(self, now: float) -> float | None:
-        lo = bisect.bisect_right(self.ttft_at, now - TTFT_WINDOW_S)
+        """The 90th percentile of the first tokens of the last ``TTFT_WINDOW_S``. Scrapes come in time
+        order, so the older ones are dropped: a trace of tens of millions of requests would otherwise keep
+        two floats for each of them for the whole run."""
+        old = bisect.bisect_right(self.ttft_at, now - TTFT_WINDOW_S)
+        del self.ttft_at[:old], self.ttft_value[:old]
         hi = bisect.bisect_right(self.ttft_at, now)
-        if hi <= lo:
+        if hi == 0:
             return None
-        return float(np.quantile(np.asarray(self.ttft_value[lo:hi]), 0.9))
+        return float(np.quantile(np.asarray(self.ttft_value[:hi]), 0.9))
 
     def _scrape(self, now: float) -> None:
         up = [r for r in self.live if r.ready_at <= now]
