@@ -426,6 +426,10 @@ def test_request_csvs_name_the_missing_column_and_the_bad_line(tmp_path: Path) -
     )
     with pytest.raises(TraceError, match=r"negative.jsonl:2: .*prompt length -3.0 is not a token count"):
         load_trace(negative)
+    huge = tmp_path / "huge.csv"  # beyond int64 it would have been an OverflowError with a traceback
+    huge.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n1,m,10,1e30,0,x\n")
+    with pytest.raises(TraceError, match=r"huge.csv:2: output length 1e\+30 is not a token count"):
+        load_trace(huge)
     rates = tmp_path / "rates.csv"
     rates.write_text("window_start_s,rate\n0,1.5\n600,nan\n")
     with pytest.raises(TraceError, match=r"rates.csv:3: "):
