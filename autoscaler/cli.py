@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -178,6 +179,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         for policy_type in types:
             policy_class(policy_type)
         comparison = compare(trace, model, document, types, args.slo_ttft, args.slo_target, args.tune)
+    except BrokenProcessPool:
+        _error("a simulation worker process died (killed, perhaps for memory); nothing was written")
+        return EXIT_FAILED
     except (TraceError, ValueError, KeyError, PolicyFileError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) else str(exc)
         _error(message)

@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -294,6 +295,7 @@ def tune(
     slo_target: float,
     tick: Callable[[str], None],
     steps: int = 7,
+    stop: Callable[[], bool] | None = None,
 ) -> RunResult:
     """The cheapest setting of the policy's sizing knob that meets the SLO target, by bisection between a
     safe end and a cheap end.
@@ -326,7 +328,7 @@ def tune(
         doc, wl = _knob_variant(document, workload, policy_type, value(x), fixed)
         tuned = {KNOBS[policy_type]: value(x), **fixed}
         contender = policy_contender(doc, wl, model, policy_type, tuned)
-        result = run(trace, model, contender, initial, slo_ttft, miss_budget=None if full else budget)
+        result = run(trace, model, contender, initial, slo_ttft, miss_budget=None if full else budget, stop=stop)
         tick(f"tune {policy_type} {value(x)}")
         return result
 
@@ -377,6 +379,13 @@ class _Shared:
 
 _SHARED: _Shared | None = None
 PARALLEL_MIN_REQUESTS = 50_000
+# Set by the parent when the runs still going in its worker processes are no longer wanted (a lost bet,
+# Ctrl-C, an error); created before any worker is forked, so that they all share it.
+_STOP = mp.get_context("fork").Event()
+
+
+def _quiet(_: str) -> None:
+    """A worker's tuning search ticks no progress bar (the parent's ticks once per job)."""
 
 
 def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
@@ -384,18 +393,20 @@ def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
     s = shared or _SHARED
     assert s is not None
     kind, arg = job
+    stop = _STOP.is_set
     if kind == "static":
         replicas, budget = arg
-        return run(
-            s.trace, s.model, Contender("static-best", static=replicas), replicas, s.slo_ttft, miss_budget=budget
-        )
+        contender = Contender("static-best", static=replicas)
+        return run(s.trace, s.model, contender, replicas, s.slo_ttft, miss_budget=budget, stop=stop)
     if kind == "keda":
         contender = keda_contender(s.document, s.workload, s.model, arg)
-        return run(s.trace, s.model, contender, s.initial, s.slo_ttft)
+        return run(s.trace, s.model, contender, s.initial, s.slo_ttft, stop=stop)
     if kind == "tune":
-        return tune(s.trace, s.model, s.document, s.workload, arg, s.initial, s.slo_ttft, s.slo_target, lambda _: None)
+        return tune(
+            s.trace, s.model, s.document, s.workload, arg, s.initial, s.slo_ttft, s.slo_target, _quiet, stop=stop
+        )
     doc, wl = policy_variant(s.document, s.workload, _policy_block(s.workload, arg))
-    return run(s.trace, s.model, policy_contender(doc, wl, s.model), s.initial, s.slo_ttft)
+    return run(s.trace, s.model, policy_contender(doc, wl, s.model), s.initial, s.slo_ttft, stop=stop)
 
 
 def _workers(shared: _Shared, jobs: int, beyond_cores: bool = False) -> int:
@@ -408,7 +419,7 @@ def _workers(shared: _Shared, jobs: int, beyond_cores: bool = False) -> int:
 
 def _leave_interrupts_to_the_parent() -> None:
     """Ctrl-C reaches every process of the terminal's group: the workers ignore it, and the parent stops
-    them (``Pool.terminate``) as it unwinds, so the user sees one message, not a traceback per worker."""
+    their runs (``_STOP``) as it unwinds, so the user sees one message, not a traceback per worker."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -436,18 +447,20 @@ def _run_jobs(
         return results
     global _SHARED
     _SHARED = shared
-    pool = mp.get_context("fork").Pool(workers, initializer=_leave_interrupts_to_the_parent)
+    pool = ProcessPoolExecutor(workers, mp.get_context("fork"), initializer=_leave_interrupts_to_the_parent)
     try:
-        handles = [pool.apply_async(_job, (job,)) for job in jobs]  # started in this order
-        for job, handle in zip(jobs, handles, strict=True):
-            results.append(handle.get())
+        futures = [pool.submit(_job, job) for job in jobs]  # started in this order
+        for job, future in zip(jobs, futures, strict=True):
+            results.append(future.result())
             tick(str(job[1]))
             if first_decides is not None and len(results) == 1 and not first_decides(results[0]):
                 break
         return results
     finally:
-        pool.terminate()  # only ever stops runs whose results are not wanted
-        pool.join()
+        # Whatever is still running is not wanted: each run ends within a simulated minute of this.
+        _STOP.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        _STOP.clear()
         _SHARED = None
 
 

@@ -172,6 +172,7 @@ def _quantile(values: np.ndarray, q: float) -> float | None:
 
 
 MISS_CHECK_S = 600
+STOP_CHECK_S = 60  # divides MISS_CHECK_S
 LONG_RUN_STEPS = 1_000_000  # 1.5 to 5 min of one core per run on this project's machine (80-300 us a step)
 
 
@@ -219,12 +220,14 @@ def run(
     timeline: bool = True,
     tail_limit_s: float = 3600.0,
     miss_budget: int | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Simulate the trace; the contender acts until the last arrival, then the fleet only finishes its work.
 
     GPU time is counted over the trace's duration, for every replica that exists (ready, starting or
     draining). With ``miss_budget``, the run stops early once more requests than that have certainly missed
     the SLO (served late, or still waiting past their deadline); its result then says it did not meet it.
+    ``stop`` is asked every simulated minute whether the run is still wanted; if not, it ends the same way.
     """
     fleet = Fleet(model, trace, initial_replicas)
     end = float(trace.arrival_s[-1])
@@ -254,10 +257,14 @@ def run(
                 last_arrivals = fleet.next_arrival
         fleet.step(now)
         now += dt
-        if (
-            miss_budget is not None
-            and int(now) % MISS_CHECK_S == 0
-            and certain_misses(fleet, now, slo_ttft) > miss_budget
+        second = int(now)
+        if second % STOP_CHECK_S == 0 and (
+            (stop is not None and stop())
+            or (
+                miss_budget is not None
+                and second % MISS_CHECK_S == 0
+                and certain_misses(fleet, now, slo_ttft) > miss_budget
+            )
         ):
             return RunResult(
                 contender.name,

@@ -571,6 +571,19 @@ def test_tuning_runs_the_safe_end_last_and_reports_it_when_no_setting_meets_the_
     assert result.completed_requests + result.dropped_requests == trace.requests
 
 
+def test_a_run_no_longer_wanted_stops_at_the_next_simulated_minute() -> None:
+    trace = synthetic_day(seed=1, mean_rps=1.0, hours=0.25, bursts=0)
+    asked: list[float] = []
+
+    def stop() -> bool:
+        asked.append(0.0)
+        return len(asked) == 3
+
+    result = run(trace, ReplicaModel(), Contender("static-best", static=4), 4, 2.0, stop=stop)
+    assert result.abandoned and len(asked) == 3 and not result.meets(0.5)
+    assert not run(trace, ReplicaModel(), Contender("static-best", static=4), 4, 2.0, stop=lambda: False).abandoned
+
+
 def test_worker_processes_give_the_same_report_and_start_the_policies_during_the_last_search_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
