@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
+from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 import numpy as np
@@ -379,9 +380,9 @@ class _Shared:
 
 _SHARED: _Shared | None = None
 PARALLEL_MIN_REQUESTS = 50_000
-# Set by the parent when the runs still going in its worker processes are no longer wanted (a lost bet,
-# Ctrl-C, an error); created before any worker is forked, so that they all share it.
-_STOP = mp.get_context("fork").Event()
+# While worker processes run, set by the parent when the runs still going are no longer wanted (a lost
+# bet, Ctrl-C, an error); made before they are forked, so that they all share it.
+_STOP: EventType | None = None
 
 
 def _quiet(_: str) -> None:
@@ -393,7 +394,7 @@ def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
     s = shared or _SHARED
     assert s is not None
     kind, arg = job
-    stop = _STOP.is_set
+    stop = _STOP.is_set if _STOP is not None else None
     if kind == "static":
         replicas, budget = arg
         contender = Contender("static-best", static=replicas)
@@ -445,9 +446,10 @@ def _run_jobs(
             if first_decides is not None and len(results) == 1 and not first_decides(results[0]):
                 break
         return results
-    global _SHARED
-    _SHARED = shared
-    pool = ProcessPoolExecutor(workers, mp.get_context("fork"), initializer=_leave_interrupts_to_the_parent)
+    global _SHARED, _STOP
+    context = mp.get_context("fork")
+    _SHARED, _STOP = shared, context.Event()
+    pool = ProcessPoolExecutor(workers, context, initializer=_leave_interrupts_to_the_parent)
     try:
         futures = [pool.submit(_job, job) for job in jobs]  # started in this order
         for job, future in zip(jobs, futures, strict=True):
@@ -460,8 +462,7 @@ def _run_jobs(
         # Whatever is still running is not wanted: each run ends within a simulated minute of this.
         _STOP.set()
         pool.shutdown(wait=True, cancel_futures=True)
-        _STOP.clear()
-        _SHARED = None
+        _SHARED, _STOP = None, None
 
 
 def compare(
