@@ -395,6 +395,19 @@ def test_tuning_tries_the_same_capacities_for_threshold_and_predictive() -> None
     assert hot.policy["headroom"] == -0.5
 
 
+def test_the_scrape_windows_quantile_is_numpys_to_the_bit() -> None:
+    """Rounding differs between the two ways to interpolate in about 1 array in 250; numpy takes the one
+    from the upper end past the midpoint, and so must ``quantile_of_few``."""
+    from simulations.fleet import quantile_of_few
+
+    rng = np.random.default_rng(7)
+    for i in range(5000):
+        n = int(rng.integers(1, 400))
+        values = [rng.random(n) * 10, rng.lognormal(0, 2, n), np.round(rng.random(n) * 5, 1)][i % 3]
+        for q in (0.5, 0.9, 0.99):
+            assert quantile_of_few(values.tolist(), q) == float(np.quantile(values, q)), (n, q)
+
+
 def test_the_kv_gauge_shows_what_is_reserved() -> None:
     model = ReplicaModel(kv_cache_tokens=10_000)
     fleet = Fleet(model, Trace("kv", np.array([0.0]), np.array([4000]), np.array([1000])), 1)
