@@ -9,7 +9,8 @@ prefill-first scheduling); the decoding sequences each advance at ``decode_rate(
 token comes when the prefill completes.
 
 Running requests live in flat numpy arrays, so one step costs a handful of vector operations whatever
-the fleet size. Metrics are exposed as Prometheus would see them: gauges and counters scraped every
+the fleet size; the fleet owns them (``_admit`` and ``_keep`` make new ones), so a step updates them in
+place. Metrics are exposed as Prometheus would see them: gauges and counters scraped every
 ``scrape_interval_s`` from the replicas that are up.
 """
 
@@ -345,7 +346,6 @@ class Fleet:
         used_p = np.minimum(received, pre_p)
         left_p = pre_p - used_p
         self.prompt_tokens_total += float(used_p.sum())
-        self.r_pre = self.r_pre.copy()
         self.r_pre[idx_p] = left_p
         finished = np.zeros(len(self.r_pre), dtype=bool)
         done_p = left_p <= 1e-9
@@ -367,10 +367,8 @@ class Fleet:
         if decoding.any():
             step_tokens = np.minimum(iterations[self.r_rep[decoding]], self.r_dec[decoding])
             self.generation_tokens_total += float(step_tokens.sum())
-            dec = self.r_dec.copy()
-            dec[decoding] -= step_tokens
-            finished = finished | (decoding & (dec <= 1e-9))
-            self.r_dec = dec
+            self.r_dec[decoding] -= step_tokens
+            finished = finished | (decoding & (self.r_dec <= 1e-9))
         if finished.any():
             done = self.r_req[finished]
             self.finished[done] = end
