@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing.synchronize import Event as EventType
@@ -227,11 +227,12 @@ def static_best(
     low, high = min(max(lo, math.ceil(busiest - 1e-9)), hi), hi
     results: dict[int, RunResult] = {}
     ahead: list[RunResult] | None = None
+    workers = _workers(shared, 2)
     while low < high:
-        k = min(_workers(shared, 2), high - low)
+        k = min(workers, high - low)
         points = sorted({low + (high - low) * (i + 1) // (k + 1) for i in range(k)})
         jobs: list[tuple[str, Any]] = [("static", (n, budget)) for n in points]
-        if then and len(points) == 1 and high in results and _workers(shared, 2) > 1:
+        if then and len(points) == 1 and high in results and workers > 1:
             ran = _run_jobs(
                 replace(shared, initial=points[0]),
                 [*jobs, *then],
@@ -424,6 +425,23 @@ def _leave_interrupts_to_the_parent() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _collect(
+    jobs: list[tuple[str, Any]],
+    outcomes: Iterator[RunResult],
+    tick: Callable[[str], None],
+    first_decides: Callable[[RunResult], bool] | None,
+) -> list[RunResult]:
+    """The jobs' results in order, drawn from ``outcomes`` (lazy, so a job not reached is not run or
+    waited for), stopping after the first unless ``first_decides`` holds for it."""
+    results: list[RunResult] = []
+    for job, result in zip(jobs, outcomes, strict=True):
+        results.append(result)
+        tick(str(job[1]))
+        if first_decides is not None and len(results) == 1 and not first_decides(result):
+            break
+    return results
+
+
 def _run_jobs(
     shared: _Shared,
     jobs: list[tuple[str, Any]],
@@ -438,26 +456,15 @@ def _run_jobs(
     when it does not, they are stopped and only the first result is returned.
     """
     workers = _workers(shared, len(jobs), beyond_cores)
-    results: list[RunResult] = []
     if workers < 2:
-        for job in jobs:
-            results.append(_job(job, shared))
-            tick(str(job[1]))
-            if first_decides is not None and len(results) == 1 and not first_decides(results[0]):
-                break
-        return results
+        return _collect(jobs, (_job(job, shared) for job in jobs), tick, first_decides)
     global _SHARED, _STOP
     context = mp.get_context("fork")
     _SHARED, _STOP = shared, context.Event()
     pool = ProcessPoolExecutor(workers, context, initializer=_leave_interrupts_to_the_parent)
     try:
         futures = [pool.submit(_job, job) for job in jobs]  # started in this order
-        for job, future in zip(jobs, futures, strict=True):
-            results.append(future.result())
-            tick(str(job[1]))
-            if first_decides is not None and len(results) == 1 and not first_decides(results[0]):
-                break
-        return results
+        return _collect(jobs, (future.result() for future in futures), tick, first_decides)
     finally:
         # Whatever is still running is not wanted: each run ends within a simulated minute of this.
         _STOP.set()
