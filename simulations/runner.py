@@ -173,7 +173,7 @@ def _quantile(values: np.ndarray, q: float) -> float | None:
 
 MISS_CHECK_S = 600
 STOP_CHECK_S = 60  # divides MISS_CHECK_S
-LONG_RUN_STEPS = 1_000_000  # 1.5 to 5 min of one core per run on this project's machine (80-300 us a step)
+LONG_RUN_STEPS = 1_000_000  # 1 to 5 min of one core per run on this project's machine (60-300 us a step)
 
 
 def long_run_hint(trace: Trace, model: ReplicaModel) -> str | None:
