@@ -83,13 +83,18 @@ class TrendState:
         half = len(samples) // 2
         if half < 3 or samples[-1][0] - samples[0][0] < 0.75 * window:
             return 0.0  # too short a history to tell a trend (a trace or a daemon just starting)
-        whole = _slope(samples, shrink=SIGNIFICANCE)
-        sustained = min(whole, _slope(samples[:half]), _slope(samples[half:]))
-        return max(0.0, sustained) * horizon
+        # Each test is one pass or more over the window, once a tick: the later ones only when the earlier hold.
+        rise = _rise(samples, shrink=SIGNIFICANCE)
+        for part in (samples[:half], samples[half:]):
+            if not rise:
+                break
+            rise = min(rise, _rise(part))
+        return rise * horizon
 
 
-def _slope(samples: list[tuple[float, float]], shrink: float = 0.0) -> float:
-    """The least-squares slope of ``samples``, moved ``shrink`` standard errors toward zero."""
+def _rise(samples: list[tuple[float, float]], shrink: float = 0.0) -> float:
+    """The least-squares slope of ``samples`` moved ``shrink`` standard errors toward zero, if that is a
+    rise; else 0."""
     n = len(samples)
     mean_t = sum(t for t, _ in samples) / n
     mean_d = sum(d for _, d in samples) / n
@@ -97,11 +102,11 @@ def _slope(samples: list[tuple[float, float]], shrink: float = 0.0) -> float:
     if sxx <= 0:
         return 0.0
     slope = sum((t - mean_t) * (d - mean_d) for t, d in samples) / sxx
-    if not shrink:
-        return slope
+    if slope <= 0 or not shrink:
+        return max(0.0, slope)
     residual = sum((d - mean_d - slope * (t - mean_t)) ** 2 for t, d in samples)
     error = math.sqrt(residual / (n - 2) / sxx)
-    return math.copysign(max(0.0, abs(slope) - shrink * error), slope)
+    return max(0.0, slope - shrink * error)
 
 
 class PredictivePolicy:
