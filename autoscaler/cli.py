@@ -142,6 +142,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
     from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
+    from simulations.sizing import slo_share
     from simulations.traces import TraceError, load_trace
 
     document = None
@@ -167,7 +168,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica])
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
         if document is None:
-            document = builtin_policy(model, trace)
+            share = slo_share(model, trace, args.slo_ttft, args.slo_target)
+            if share < 1.0:
+                print(
+                    f"vllm-autoscaler: note: the built-in workload's prompt-token and running targets are "
+                    f"{share:.2f} of their size for a 2 s SLO, found by a load test of the replica model "
+                    f"at {args.slo_ttft:g} s",
+                    file=sys.stderr,
+                )
+            document = builtin_policy(model, trace, share)
         workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)

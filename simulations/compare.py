@@ -45,9 +45,9 @@ PROMPT_TOKENS_SHARE = 0.5
 RUNNING_SHARE = 0.5
 
 
-def builtin_document(model: ReplicaModel, trace: Trace | None = None) -> dict[str, Any]:
-    """The built-in workload, its targets sized for ``model``'s replica and the trace's requests, as a user
-    would size them for their own.
+def builtin_document(model: ReplicaModel, trace: Trace | None = None, share: float = 1.0) -> dict[str, Any]:
+    """The built-in workload, its targets sized for ``model``'s replica, the trace's requests and the SLO,
+    as a user would size them for their own.
 
     * Prompt tokens per second, at half the replica's prefill throughput: a flow that, unlike queue
       lengths, does not swell when replicas slow down, so the steadiest signal to forecast; the other half
@@ -56,6 +56,9 @@ def builtin_document(model: ReplicaModel, trace: Trace | None = None) -> dict[st
       trace's mean requests as its KV cache fits): the limit of a decode-heavy load, whose prompts are short
       but whose sequences stay long in the cache.
     * Two waiting requests per replica: the backlog, whatever its cause.
+
+    The first two are for an SLO of 2 s; under a tighter one a replica takes ``share`` of them
+    (``sizing.slo_share``).
 
     No KV-cache metric: the built-in one is the busiest replica's usage, and one long prompt fills a
     replica's cache whatever the fleet's load, so as a ``Value`` target it grows with the fleet it sizes.
@@ -74,11 +77,14 @@ def builtin_document(model: ReplicaModel, trace: Trace | None = None) -> dict[st
                 "metrics": [
                     {
                         "name": "prompt_tokens_per_second",
-                        "target": {"type": "AverageValue", "value": PROMPT_TOKENS_SHARE * model.prefill_tokens_per_s},
+                        "target": {
+                            "type": "AverageValue",
+                            "value": share * PROMPT_TOKENS_SHARE * model.prefill_tokens_per_s,
+                        },
                     },
                     {
                         "name": "num_requests_running",
-                        "target": {"type": "AverageValue", "value": round(max(1.0, RUNNING_SHARE * holds), 2)},
+                        "target": {"type": "AverageValue", "value": round(max(1.0, share * RUNNING_SHARE * holds), 2)},
                     },
                     {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
                 ],
@@ -99,8 +105,10 @@ ARTICLE_BEHAVIOR = {
 }
 
 
-def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None) -> PolicyFile:
-    return parse_policy_document(builtin_document(model or ReplicaModel(), trace), "<built-in>")
+def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None, share: float = 1.0) -> PolicyFile:
+    """The built-in workload for ``model`` and the trace's requests, its targets scaled by ``share``
+    (``sizing.slo_share``)."""
+    return parse_policy_document(builtin_document(model or ReplicaModel(), trace, share), "<built-in>")
 
 
 def _workload_dict(workload: Workload) -> dict[str, Any]:

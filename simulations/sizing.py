@@ -1,0 +1,117 @@
+"""How much of the built-in workload's targets a replica takes under the user's SLO, found as a user
+would find it: a load test of a few replicas under steady traffic of the trace's requests.
+
+The built-in targets (``compare.builtin_document``) are sized for an SLO of 2 s on time to first token
+beyond a request's own prefill. A tighter SLO leaves less room for queueing, by how much depends on
+everything that delays a first token: the prompts' lengths, the prefill throughput, the decode batch
+that shares each engine step. No formula in one of them fits (measured, README "Simulation": scaling
+the targets with the SLO alone over-provisioned fast GPUs and short prompts; with the SLO over the mean
+prompt's prefill, missed the SLO where big decode batches slow the engine). So the replica model
+itself is asked: the load ``LOAD_TEST_REPLICAS`` fixed replicas carry within the SLO target, at the
+user's SLO and at 2 s, on the same arrivals scaled in time (common random numbers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulations.replica_model import ReplicaModel
+from simulations.runner import Contender, allowed_misses, run
+from simulations.traces import Trace, sample_lengths
+
+REFERENCE_SLO_TTFT_S = 2.0  # the built-in targets are sized for it
+LOAD_TEST_REPLICAS = 8
+LOAD_TEST_S = 3600.0
+LOAD_TEST_MOST_REQUESTS = 200_000  # at its highest rate: a test of tiny requests is shortened to it
+LOAD_TEST_STEPS = 8  # to 0.4 % of the bound; the tighter SLO's search, below the reference's rate, takes 6
+LEAST_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class LoadTest:
+    """Steady Poisson arrivals of a trace's requests for ``LOAD_TEST_REPLICAS`` fixed replicas over
+    ``span`` seconds, at any rate up to ``most``: the same requests in the same order at every rate
+    (common random numbers), seeded, so that rates and SLOs compare on equal terms and the same inputs
+    give the same answer."""
+
+    gaps: np.ndarray  # of a unit-rate process, scaled to each rate tried
+    prompts: np.ndarray
+    outputs: np.ndarray
+    most: float
+    span: float
+
+    @classmethod
+    def of(cls, model: ReplicaModel, trace: Trace | None) -> LoadTest:
+        """Requests drawn from ``trace`` (or the built-in length distribution). ``most`` is a little beyond
+        what the replicas can serve: none prefills faster than its throughput, nor finishes more sequences
+        than it holds decoding at their fastest (batch 1)."""
+        rng = np.random.default_rng(0)
+        prompt, output = (
+            (trace.prompt_tokens, trace.output_tokens) if trace is not None else sample_lengths(rng, 10_000)
+        )
+        mean_prompt, mean_output = max(float(np.mean(prompt)), 1.0), max(float(np.mean(output)), 1.0)
+        holds = min(float(model.max_num_seqs), model.kv_cache_tokens / (mean_prompt + mean_output))
+        per_replica = min(model.prefill_tokens_per_s / mean_prompt, holds * model.decode_tokens_per_s / mean_output)
+        most = 1.2 * LOAD_TEST_REPLICAS * per_replica
+        span = min(LOAD_TEST_S, LOAD_TEST_MOST_REQUESTS / most)
+        count = max(1, math.ceil(most * span * 1.5))
+        gaps = rng.exponential(1.0, count)
+        picks = rng.integers(0, len(prompt), count)
+        return cls(gaps, prompt[picks], output[picks], most, span)
+
+    def at(self, rate: float) -> Trace:
+        arrivals = np.cumsum(self.gaps / rate)
+        n = max(1, int(np.searchsorted(arrivals, self.span)))
+        return Trace("load-test", arrivals[:n], self.prompts[:n], self.outputs[:n])
+
+    def meets(self, model: ReplicaModel, rate: float, slo_ttft: float, slo_target: float) -> bool:
+        trace = self.at(rate)
+        fixed = Contender("load-test", static=LOAD_TEST_REPLICAS)
+        budget = allowed_misses(trace, slo_target)
+        return run(trace, model, fixed, LOAD_TEST_REPLICAS, slo_ttft, timeline=False, miss_budget=budget).meets(
+            slo_target
+        )
+
+
+def sustained_rate(
+    test: LoadTest,
+    model: ReplicaModel,
+    slo_ttft: float,
+    slo_target: float,
+    below: float | None = None,
+    steps: int = LOAD_TEST_STEPS,
+) -> float:
+    """The largest rate of ``test`` (requests per second) found to meet the SLO target, by bisection in
+    ``steps`` between 0 and ``below`` (by default ``test.most``); 0 if none does."""
+    low, high = 0.0, test.most if below is None else below
+    for _ in range(steps):
+        rate = (low + high) / 2
+        if test.meets(model, rate, slo_ttft, slo_target):
+            low = rate
+        else:
+            high = rate
+    return low
+
+
+def slo_share(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float) -> float:
+    """The part of the built-in targets a replica takes under ``slo_ttft``: 1 at 2 s and beyond; below,
+    the square root of the rate the load test sustains at ``slo_ttft`` over the rate it sustains at 2 s.
+
+    The square root, not the ratio: a fleet pools its load over more replicas than the load test, and
+    holds headroom besides. Measured on the built-in day, the Azure hour, a 3-hour ramp and an H100-like
+    replica at SLOs of 0.25 to 1.5 s: the ratio itself over-provisioned (the day at 1 s: 170 GPU-h against
+    139), its square root met the SLO on each but the day at 0.75 s. A looser SLO keeps the targets:
+    larger ones missed a 5 s SLO on the built-in day. Never below ``LEAST_SHARE``, which an SLO no load
+    meets would otherwise take to zero.
+    """
+    if slo_ttft >= REFERENCE_SLO_TTFT_S:
+        return 1.0
+    test = LoadTest.of(model, trace)
+    reference = sustained_rate(test, model, REFERENCE_SLO_TTFT_S, slo_target)
+    if reference <= 0:
+        return 1.0  # no load meets even the reference SLO: nothing to scale from
+    ratio = sustained_rate(test, model, slo_ttft, slo_target, below=reference, steps=6) / reference
+    return max(LEAST_SHARE, math.sqrt(min(1.0, ratio)))

@@ -1,0 +1,120 @@
+"""The built-in workload's targets under the user's SLO: a load test of the replica model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import simulations.sizing as sizing
+from autoscaler.cli import main
+from simulations.compare import builtin_document
+from simulations.replica_model import ReplicaModel
+from simulations.sizing import LEAST_SHARE, LoadTest, slo_share, sustained_rate
+from simulations.traces import Trace
+
+
+@pytest.fixture
+def short_load_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four replicas for ten minutes: the same search, at a tenth of the cost."""
+    monkeypatch.setattr(sizing, "LOAD_TEST_REPLICAS", 4)
+    monkeypatch.setattr(sizing, "LOAD_TEST_S", 600.0)
+
+
+def chat_requests() -> Trace:
+    rng = np.random.default_rng(7)
+    prompt = np.clip(rng.lognormal(np.log(1000), 0.5, 500), 1, None).astype(np.int64)
+    output = np.clip(rng.lognormal(np.log(200), 0.6, 500), 1, None).astype(np.int64)
+    return Trace("chat", np.arange(500.0), prompt, output)
+
+
+def test_the_reference_slo_and_looser_ones_keep_the_targets_without_a_load_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_load_test(*_: object, **__: object) -> float:
+        raise AssertionError("no load test is needed at 2 s or beyond")
+
+    monkeypatch.setattr(sizing, "sustained_rate", no_load_test)
+    for slo in (2.0, 5.0, 60.0):
+        assert slo_share(ReplicaModel(), chat_requests(), slo, 0.99) == 1.0
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_the_rate_found_meets_the_slo_and_one_a_tenth_higher_does_not() -> None:
+    model = ReplicaModel()
+    test = LoadTest.of(model, chat_requests())
+    rate = sustained_rate(test, model, 1.0, 0.99)
+    assert 0 < rate < test.most
+    assert test.meets(model, rate, 1.0, 0.99)
+    assert not test.meets(model, rate * 1.1, 1.0, 0.99)
+
+
+def test_every_rate_of_a_load_test_serves_the_same_requests_in_the_same_order() -> None:
+    test = LoadTest.of(ReplicaModel(), chat_requests())
+    slow, fast = test.at(test.most / 8), test.at(test.most / 2)
+    assert fast.requests > 3 * slow.requests
+    assert np.array_equal(fast.prompt_tokens[: slow.requests], slow.prompt_tokens)
+    assert np.allclose(fast.arrival_s[: slow.requests] * 4, slow.arrival_s)
+    assert fast.arrival_s[-1] <= test.span == sizing.LOAD_TEST_S
+
+
+def test_a_load_test_of_tiny_requests_is_shortened_to_a_bounded_count() -> None:
+    tiny = Trace("tiny", np.arange(100.0), np.ones(100, dtype=np.int64), np.ones(100, dtype=np.int64))
+    test = LoadTest.of(ReplicaModel(), tiny)
+    assert test.span < sizing.LOAD_TEST_S
+    assert test.at(test.most).requests <= 1.01 * sizing.LOAD_TEST_MOST_REQUESTS
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_a_tighter_slo_takes_a_smaller_share_of_the_targets() -> None:
+    model, requests = ReplicaModel(), chat_requests()
+    shares = [slo_share(model, requests, slo, 0.99) for slo in (0.5, 1.0, 1.5)]
+    assert LEAST_SHARE <= shares[0] < shares[1] < shares[2] < 1.0
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_a_faster_prefill_makes_the_same_slo_less_tight() -> None:
+    """At 1 s, prompts of 1,000 tokens leave little room for queueing at 1,000 tokens/s of prefill and
+    much more at 4,000: the share is not a function of the SLO alone."""
+    requests = chat_requests()
+    slow = slo_share(ReplicaModel(), requests, 1.0, 0.99)
+    fast = slo_share(ReplicaModel(prefill_tokens_per_s=4000), requests, 1.0, 0.99)
+    assert slow < fast
+
+
+def test_an_slo_no_load_meets_floors_the_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sizing, "sustained_rate", lambda *a, below=None, **k: 0.0 if below else 3.0)
+    assert slo_share(ReplicaModel(), chat_requests(), 0.01, 0.99) == LEAST_SHARE
+    monkeypatch.setattr(sizing, "sustained_rate", lambda *a, **k: 0.0)  # not even the reference SLO
+    assert slo_share(ReplicaModel(), chat_requests(), 0.01, 0.99) == 1.0
+
+
+def test_the_share_scales_the_prompt_and_running_targets() -> None:
+    model = ReplicaModel(prefill_tokens_per_s=3000, kv_cache_tokens=60_000)
+    trace = Trace("t", np.array([0.0, 1.0]), np.array([900, 1100]), np.array([100, 300]))
+    targets = {m["name"]: m["target"]["value"] for m in builtin_document(model, trace, 0.5)["workloads"][0]["metrics"]}
+    assert targets == {"prompt_tokens_per_second": 750, "num_requests_running": 12.5, "num_requests_waiting": 2}
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_simulate_sizes_the_builtin_workload_for_the_slo_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"2023-11-16 18:{m // 6:02d}:{m % 6 * 10:02d}.0000000,1000,100\n" for m in range(60))
+    )
+
+    def targets(slo: str) -> dict[str, float]:
+        out = tmp_path / f"r{slo}.json"
+        assert main(["simulate", "--trace", str(trace), "--slo-ttft", slo, "--out", str(out)]) == 0
+        return {m["name"]: m["target"]["value"] for m in json.loads(out.read_text())["model"]["metrics"]}
+
+    reference, tight = targets("2"), targets("0.5")
+    assert reference["prompt_tokens_per_second"] == 500
+    assert tight["prompt_tokens_per_second"] < reference["prompt_tokens_per_second"]
+    assert tight["num_requests_waiting"] == reference["num_requests_waiting"] == 2
+    capsys.readouterr()
