@@ -172,8 +172,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             if share < 1.0:
                 print(
                     f"vllm-autoscaler: note: the built-in workload's prompt-token and running targets are "
-                    f"{share:.2f} of their size for a 2 s SLO, found by a load test of the replica model "
-                    f"at {args.slo_ttft:g} s",
+                    f"{share:.2f} of their size for an SLO of 2 s for 99 % of requests, found by a load "
+                    f"test of the replica model at {args.slo_ttft:g} s for {args.slo_target * 100:g} % "
+                    "(simulations/sizing.py)",
                     file=sys.stderr,
                 )
             document = builtin_policy(model, trace, share)

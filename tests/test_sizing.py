@@ -37,8 +37,8 @@ def test_the_reference_slo_and_looser_ones_keep_the_targets_without_a_load_test(
         raise AssertionError("no load test is needed at 2 s or beyond")
 
     monkeypatch.setattr(sizing, "sustained_rate", no_load_test)
-    for slo in (2.0, 5.0, 60.0):
-        assert slo_share(ReplicaModel(), chat_requests(), slo, 0.99) == 1.0
+    for slo, target in ((2.0, 0.99), (5.0, 0.99), (60.0, 0.5), (2.0, 0.95)):
+        assert slo_share(ReplicaModel(), chat_requests(), slo, target) == 1.0
 
 
 @pytest.mark.usefixtures("short_load_test")
@@ -72,6 +72,11 @@ def test_a_tighter_slo_takes_a_smaller_share_of_the_targets() -> None:
     model, requests = ReplicaModel(), chat_requests()
     shares = [slo_share(model, requests, slo, 0.99) for slo in (0.5, 1.0, 1.5)]
     assert LEAST_SHARE <= shares[0] < shares[1] < shares[2] < 1.0
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_a_higher_slo_target_takes_a_smaller_share_of_the_targets() -> None:
+    assert slo_share(ReplicaModel(), chat_requests(), 2.0, 0.999) < 1.0
 
 
 @pytest.mark.usefixtures("short_load_test")
