@@ -97,10 +97,15 @@ def table(data: dict[str, Any]) -> str:
     m = data["model"]
     title = (
         f"{data['trace']}: {data['requests']} requests over {data['duration_s'] / 3600:.2f} h; "
-        f"SLO: TTFT beyond own prefill <= {m['slo_ttft_s']} s for {m['slo_target']:.0%} of requests; "
+        f"SLO: TTFT beyond own prefill <= {m['slo_ttft_s']} s for {percent(m['slo_target'])} of requests; "
         f"cold start {m['cold_start_s']:.0f} s; replicas {m['min_replicas']}-{m['max_replicas']}"
     )
     return title + "\n" + "\n".join(lines) + "\n" + verdict(data)
+
+
+def percent(fraction: float) -> str:
+    """A target as a percentage, to the digit it has: 99%, 99.5%, 99.9% (never a 99.5% target as 100%)."""
+    return f"{fraction * 100:g}%"
 
 
 def verdict(data: dict[str, Any]) -> str:
@@ -111,7 +116,7 @@ def verdict(data: dict[str, Any]) -> str:
     meeting = [r for r in runs if _meets(r, target)]
     if not meeting:
         most = data["model"]["max_replicas"]
-        line = f"verdict: no run meets the SLO target ({target:.0%}), not even {most} fixed replicas"
+        line = f"verdict: no run meets the SLO target ({percent(target)}), not even {most} fixed replicas"
         bound = next((r for r in data["results"] if r.get("lower_bound")), None)
         if bound is not None and bound.get("max_replicas", 0) > most:
             line += (

@@ -645,3 +645,10 @@ def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
     unbeaten = data(("predictive", 130.0, 0.995), ("static-best", 120.0, 0.993))
     assert verdict(unbeaten).endswith("(15 fixed replicas): no policy beat a fixed fleet here")
     assert "no run meets" in verdict(data(("predictive", 130.0, 0.9), ("static-best", 120.0, 0.98)))
+
+
+def test_a_target_between_whole_percents_is_printed_to_its_digit() -> None:
+    """A 99.5 % target printed as 100 % would read as a target no policy can meet."""
+    from simulations.report import percent
+
+    assert [percent(x) for x in (0.99, 0.995, 0.999, 1.0)] == ["99%", "99.5%", "99.9%", "100%"]
