@@ -142,7 +142,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
     from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
-    from simulations.sizing import slo_share
+    from simulations.sizing import slo_share, tighter_than_reference
     from simulations.traces import TraceError, load_trace
 
     document = None
@@ -168,15 +168,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica])
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
         if document is None:
-            share = slo_share(model, trace, args.slo_ttft, args.slo_target)
-            if share < 1.0:
+            share = 1.0
+            if tighter_than_reference(args.slo_ttft, args.slo_target):
                 print(
-                    f"vllm-autoscaler: note: the built-in workload's prompt-token and running targets are "
-                    f"{share:.2f} of their size for an SLO of 2 s for 99 % of requests, found by a load "
-                    f"test of the replica model at {args.slo_ttft:g} s for {args.slo_target * 100:g} % "
-                    "(simulations/sizing.py)",
+                    "vllm-autoscaler: note: sizing the built-in workload's prompt-token and running targets for "
+                    f"an SLO of {args.slo_ttft:g} s for {reporting.percent(args.slo_target)} by a load test of the "
+                    "replica model (simulations/sizing.py): ",
+                    end="",
                     file=sys.stderr,
+                    flush=True,
                 )
+                share = slo_share(model, trace, args.slo_ttft, args.slo_target)
+                print(f"{share:.2f} of their size for 2 s for 99%", file=sys.stderr)
             document = builtin_policy(model, trace, share)
         workload = document.workloads[0]
         if args.time_scale != 1.0:

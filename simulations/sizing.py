@@ -97,6 +97,10 @@ def sustained_rate(
     return low
 
 
+def tighter_than_reference(slo_ttft: float, slo_target: float) -> bool:
+    return slo_ttft < REFERENCE_SLO_TTFT_S or slo_target > REFERENCE_SLO_TARGET
+
+
 def slo_share(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float) -> float:
     """The part of the built-in targets a replica takes under the user's SLO: all of them under one no
     tighter than the reference (2 s for 99 % of requests); under a tighter one (a shorter time or a higher
@@ -111,7 +115,7 @@ def slo_share(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_tar
     ones missed a 5 s SLO on the built-in day. Never below ``LEAST_SHARE``, which an SLO no load meets
     would otherwise take to zero.
     """
-    if slo_ttft >= REFERENCE_SLO_TTFT_S and slo_target <= REFERENCE_SLO_TARGET:
+    if not tighter_than_reference(slo_ttft, slo_target):
         return 1.0
     test = LoadTest.of(model, trace)
     reference = sustained_rate(test, model, REFERENCE_SLO_TTFT_S, REFERENCE_SLO_TARGET)
