@@ -335,14 +335,22 @@ class Fleet:
     def _advance(self, now: float, dt: float, end: float) -> None:
         """One step of every replica's engine: ``iterations`` engine steps, each reading the weights once
         and computing one token per decoding sequence plus a chunk of pending prefill."""
-        model = self.model
-        size = len(self.replicas)
-        flops, weights, budget = model.prefill_tokens_per_s, model.weight_read_s, float(model.max_num_batched_tokens)
         prefilling = self.r_pre > 0
         idx_p = np.flatnonzero(prefilling)
         if not len(idx_p):  # most steps of a light load: no prefill, so every engine step is a decode
             self._decode_all(end)
             return
+        if len(idx_p) == 1:
+            self._prefill_alone(now, dt, end, int(idx_p[0]), prefilling)
+        else:
+            self._prefill_shared(now, dt, end, idx_p, prefilling)
+
+    def _prefill_shared(self, now: float, dt: float, end: float, idx_p: np.ndarray, prefilling: np.ndarray) -> None:
+        """The requests ``idx_p`` in prefill share their replicas' prefill throughput; every replica
+        decodes in the engine steps this leaves."""
+        model = self.model
+        size = len(self.replicas)
+        flops, weights, budget = model.prefill_tokens_per_s, model.weight_read_s, float(model.max_num_batched_tokens)
         # Only the requests in prefill (``_p``) take part until the decode.
         rep_p, pre_p = self.r_rep[idx_p], self.r_pre[idx_p]
         # The part of this step during which each request has been here (arrivals inside the step).
@@ -380,6 +388,44 @@ class Fleet:
             self.ttft_value.extend((at - self.arrival[reqs])[order].tolist())
             self.generation_tokens_total += float(len(done))
             finished[done] = self.r_dec[done] <= 1e-9
+        self._decode(end, iterations, ~prefilling, finished)
+
+    def _prefill_alone(self, now: float, dt: float, end: float, i: int, prefilling: np.ndarray) -> None:
+        """``_advance`` when request ``i`` alone is in prefill fleet-wide, most prefill steps of a light
+        load: the same arithmetic, on floats, for its replica; every other replica's engine steps are
+        those of a step without prefill (with nothing pending, all of the step is theirs)."""
+        model = self.model
+        flops, weights, budget = model.prefill_tokens_per_s, model.weight_read_s, float(model.max_num_batched_tokens)
+        replica, pre, start = int(self.r_rep[i]), float(self.r_pre[i]), float(self.r_start[i])
+        batch = np.bincount(self.r_rep, minlength=len(self.replicas)).astype(float)
+        decoding_here = float(batch[replica] - 1.0)
+        room = max(budget - decoding_here, 0.0)
+        pending_s = pre / flops
+        it_all = max(dt - pending_s, 0.0) / (weights + decoding_here / flops)
+        fits = pending_s < dt and pre <= it_all * room + 1e-9
+        it_full = dt / (weights + min(decoding_here + room, max(budget, decoding_here)) / flops)
+        iterations = dt / (weights + batch / flops)
+        iterations[replica] = it_all if fits else it_full
+        prefill_tokens = pre if fits else min(iterations[replica] * room, pre)
+        rate = max(prefill_tokens, it_full * room) if fits else prefill_tokens
+        avail = min((end - start) / dt, 1.0)
+        demand = min(pre, avail * rate + 1e-9 * (avail >= 1))
+        if demand <= rate * (1 + 1e-12):  # ``share_processor`` for one member
+            used, finish_frac = min(demand, pre), demand / max(rate, 1e-12)
+        else:
+            used, finish_frac = min(rate, pre), 2.0
+        left = pre - used
+        self.prompt_tokens_total += used
+        self.r_pre[i] = left
+        finished = np.zeros(len(self.r_pre), dtype=bool)
+        if left <= 1e-9:
+            at = max(now + min(finish_frac, 1.0) * dt, start)
+            req = int(self.r_req[i])
+            self.first_token[req] = at
+            self.ttft_at.append(at)
+            self.ttft_value.append(at - float(self.arrival[req]))
+            self.generation_tokens_total += 1.0
+            finished[i] = self.r_dec[i] <= 1e-9
         self._decode(end, iterations, ~prefilling, finished)
 
     def _decode_all(self, end: float) -> None:

@@ -652,3 +652,42 @@ def test_a_target_between_whole_percents_is_printed_to_its_digit() -> None:
     from simulations.report import percent
 
     assert [percent(x) for x in (0.99, 0.995, 0.999, 1.0)] == ["99%", "99.5%", "99.9%", "100%"]
+
+
+@pytest.mark.parametrize("chunk", [2048, 256])
+def test_the_light_load_shortcuts_step_exactly_as_the_general_step(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """A step that only decodes and a step with one prompt in prefill take shortcuts (most steps of a
+    light load); with both turned off, every step goes the general way, and every figure is the same
+    to the bit."""
+    rng = np.random.default_rng(3)
+    n = 400
+    trace = Trace(
+        "light",
+        np.sort(rng.uniform(0, 1800, n)),
+        rng.integers(50, 6000, n),
+        rng.integers(1, 400, n),
+    )
+    model = ReplicaModel(max_num_batched_tokens=chunk, kv_cache_tokens=20_000)
+
+    def figures() -> list[Any]:
+        fleet = Fleet(model, trace, 3)
+        _drain(fleet)
+        return [
+            fleet.first_token.tolist(),
+            fleet.finished.tolist(),
+            fleet.admitted.tolist(),
+            fleet.prompt_tokens_total,
+            fleet.generation_tokens_total,
+            fleet.replica_seconds,
+        ]
+
+    shortcuts = figures()
+    monkeypatch.setattr(Fleet, "_only_decoding", lambda self, end: False)
+    monkeypatch.setattr(
+        Fleet,
+        "_prefill_alone",
+        lambda self, now, dt, end, i, prefilling: self._prefill_shared(now, dt, end, np.array([i]), prefilling),
+    )
+    general = figures()
+    assert shortcuts == general
+    assert np.isfinite(shortcuts[1]).all()  # every request finished: the run exercised the decode too
