@@ -317,13 +317,16 @@ class Fleet:
                 self._remove(replica, end)
             elif end - replica.draining_since >= model.drain_timeout_s:
                 self._abort(replica, end)
-        if end - self.last_scrape_at >= model.scrape_interval_s - 1e-9:
+        if self._scrape_due(end):
             self._scrape(end)
+
+    def _scrape_due(self, end: float) -> bool:
+        return end - self.last_scrape_at >= self.model.scrape_interval_s - 1e-9
 
     def _only_decoding(self, end: float) -> bool:
         """Whether this step only decodes: no request arrives, waits or is in prefill, no replica drains,
         no scrape is due. Most steps of a sparse trace are such (70 % at 0.14 requests/s)."""
-        if self.router_queue or end - self.last_scrape_at >= self.model.scrape_interval_s - 1e-9:
+        if self.router_queue or self._scrape_due(end):
             return False
         if self.next_arrival < len(self.arrival) and self.arrival[self.next_arrival] < end:
             return False
@@ -404,7 +407,7 @@ class Fleet:
         it_all = max(dt - pending_s, 0.0) / (weights + decoding_here / flops)
         fits = pending_s < dt and pre <= it_all * room + 1e-9
         it_full = dt / (weights + min(decoding_here + room, max(budget, decoding_here)) / flops)
-        iterations = dt / (weights + batch / flops)
+        iterations = self._decode_iterations(batch)
         iterations[replica] = it_all if fits else it_full
         prefill_tokens = pre if fits else min(iterations[replica] * room, pre)
         rate = max(prefill_tokens, it_full * room) if fits else prefill_tokens
@@ -433,15 +436,20 @@ class Fleet:
         depend only on its replica's batch, so they are worked out once per batch."""
         if self.r_tokens_per_step is None:
             batch = np.bincount(self.r_rep, minlength=len(self.replicas))
-            model = self.model
-            iterations = model.step_s / (model.weight_read_s + batch / model.prefill_tokens_per_s)
-            self.r_tokens_per_step = iterations[self.r_rep]
+            self.r_tokens_per_step = self._decode_iterations(batch)[self.r_rep]
         tokens = np.minimum(self.r_tokens_per_step, self.r_dec)
         self.generation_tokens_total += float(tokens.sum())
         self.r_dec -= tokens
         finished = self.r_dec <= 1e-9
         if finished.any():
             self._leave(finished, end)
+
+    def _decode_iterations(self, batch: np.ndarray) -> np.ndarray:
+        """The engine steps in one step of replicas with nothing to prefill, by how many sequences each
+        decodes: one weight read and one token per sequence each."""
+        model = self.model
+        iterations: np.ndarray = model.step_s / (model.weight_read_s + batch / model.prefill_tokens_per_s)
+        return iterations
 
     def _decode(self, end: float, iterations: np.ndarray, decoding: np.ndarray, finished: np.ndarray) -> None:
         """A token for each ``decoding`` request per engine step of its replica (``iterations``), then the
