@@ -65,7 +65,7 @@ def builtin_document(model: ReplicaModel, trace: Trace | None = None, share: flo
     """
     # Without a trace, about the mean request of the Azure conversation trace (1,155 + 211 tokens).
     footprint = float(np.mean(trace.prompt_tokens) + np.mean(trace.output_tokens)) if trace is not None else 1_400.0
-    holds = min(float(model.max_num_seqs), model.kv_cache_tokens / max(footprint, 1.0))
+    holds = model.sequences_held(footprint)
     return {
         "interval": 15,
         "workloads": [

@@ -70,6 +70,11 @@ class ReplicaModel(StrictModel):
         """Tokens per second of one sequence in a decode-only batch of ``batch`` sequences."""
         return 1.0 / (self.weight_read_s + max(batch, 1.0) / self.prefill_tokens_per_s)
 
+    def sequences_held(self, request_tokens: float) -> float:
+        """How many requests of ``request_tokens`` (prompt and output) a replica runs at once: its
+        ``max_num_seqs``, or as many as its KV cache fits if fewer."""
+        return min(float(self.max_num_seqs), self.kv_cache_tokens / max(request_tokens, 1.0))
+
     def idle_prefill_s(self, prompt: np.ndarray) -> np.ndarray:
         """How long an idle replica takes to prefill ``prompt`` tokens: their compute, plus a weight read for
         every ``max_num_batched_tokens`` chunk (chunked prefill). The part of a request's time to first

@@ -55,7 +55,7 @@ class LoadTest:
             (trace.prompt_tokens, trace.output_tokens) if trace is not None else sample_lengths(rng, 10_000)
         )
         mean_prompt, mean_output = max(float(np.mean(prompt)), 1.0), max(float(np.mean(output)), 1.0)
-        holds = min(float(model.max_num_seqs), model.kv_cache_tokens / (mean_prompt + mean_output))
+        holds = model.sequences_held(mean_prompt + mean_output)
         per_replica = min(model.prefill_tokens_per_s / mean_prompt, holds * model.decode_tokens_per_s / mean_output)
         most = 1.2 * LOAD_TEST_REPLICAS * per_replica
         span = min(LOAD_TEST_S, LOAD_TEST_MOST_REQUESTS / most)
