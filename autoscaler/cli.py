@@ -142,7 +142,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
     from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
-    from simulations.sizing import slo_share, tighter_than_reference
+    from simulations.sizing import REFERENCE_SLO_TARGET, REFERENCE_SLO_TTFT_S, slo_share, tighter_than_reference
     from simulations.traces import TraceError, load_trace
 
     document = None
@@ -179,7 +179,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     flush=True,
                 )
                 share = slo_share(model, trace, args.slo_ttft, args.slo_target)
-                print(f"{share:.2f} of their size for 2 s for 99%", file=sys.stderr)
+                reference = f"{REFERENCE_SLO_TTFT_S:g} s for {reporting.percent(REFERENCE_SLO_TARGET)}"
+                print(f"{share:.2f} of their size for {reference}", file=sys.stderr)
             document = builtin_policy(model, trace, share)
         workload = document.workloads[0]
         if args.time_scale != 1.0:
