@@ -131,10 +131,14 @@ def verdict(data: dict[str, Any]) -> str:
     cheapest = [r for r in meeting if r["gpu_hours"] == least]
     if static in cheapest:
         fixed = data["model"]["static_best_replicas"]
-        return (
+        line = (
             f"verdict: cheapest at the SLO is static-best, {least:.2f} GPU-h ({fixed} fixed replicas): "
             "no policy beat a fixed fleet here"
         )
+        if not any(r.get("tuned") for r in runs):
+            # The defaults are sized for bursty traffic; on steadier traffic a tuned policy may still win.
+            line += " with the settings given; --tune finds each policy's cheapest setting for this traffic"
+        return line
     names = [r["policy"] for r in cheapest]
     who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     line = f"verdict: cheapest at the SLO {'is' if len(names) == 1 else 'are'} {who}, {least:.2f} GPU-h"

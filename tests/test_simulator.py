@@ -643,6 +643,11 @@ def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
     only_dynamic = data(("predictive", 130.0, 0.995), ("static-best", 120.0, 0.98))
     assert verdict(only_dynamic).endswith("130.00 GPU-h; no fixed fleet of up to 32 replicas meets it")
     unbeaten = data(("predictive", 130.0, 0.995), ("static-best", 120.0, 0.993))
+    assert verdict(unbeaten).endswith(
+        "(15 fixed replicas): no policy beat a fixed fleet here with the settings given; "
+        "--tune finds each policy's cheapest setting for this traffic"
+    )
+    unbeaten["results"][0]["tuned"] = {"headroom": 0.08}
     assert verdict(unbeaten).endswith("(15 fixed replicas): no policy beat a fixed fleet here")
     assert "no run meets" in verdict(data(("predictive", 130.0, 0.9), ("static-best", 120.0, 0.98)))
 
