@@ -142,7 +142,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
     from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
-    from simulations.sizing import REFERENCE_SLO_TARGET, REFERENCE_SLO_TTFT_S, slo_share, tighter_than_reference
+    from simulations.sizing import (
+        REFERENCE_SLO_TARGET,
+        REFERENCE_SLO_TTFT_S,
+        Shares,
+        builtin_shares,
+        tighter_than_reference,
+    )
     from simulations.traces import TraceError, load_trace
 
     document = None
@@ -168,20 +174,27 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica])
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
         if document is None:
-            share = 1.0
-            if tighter_than_reference(args.slo_ttft, args.slo_target):
+            shares = Shares()
+            tighter = tighter_than_reference(args.slo_ttft, args.slo_target)
+            if tighter or not trace.builtin_lengths:
+                reference = f"{REFERENCE_SLO_TTFT_S:g} s for {reporting.percent(REFERENCE_SLO_TARGET)}"
+                what = (["the trace's requests"] if not trace.builtin_lengths else []) + (
+                    [f"an SLO of {args.slo_ttft:g} s for {reporting.percent(args.slo_target)}"] if tighter else []
+                )
                 print(
-                    "vllm-autoscaler: note: sizing the built-in workload's prompt-token and running targets for "
-                    f"an SLO of {args.slo_ttft:g} s for {reporting.percent(args.slo_target)} by a load test of the "
-                    "replica model (simulations/sizing.py): ",
+                    f"vllm-autoscaler: note: sizing the built-in workload's targets for {' and '.join(what)} by a "
+                    "load test of the replica model (simulations/sizing.py): ",
                     end="",
                     file=sys.stderr,
                     flush=True,
                 )
-                share = slo_share(model, trace, args.slo_ttft, args.slo_target)
-                reference = f"{REFERENCE_SLO_TTFT_S:g} s for {reporting.percent(REFERENCE_SLO_TARGET)}"
-                print(f"{share:.2f} of their size for {reference}", file=sys.stderr)
-            document = builtin_policy(model, trace, share)
+                shares = builtin_shares(model, trace, args.slo_ttft, args.slo_target)
+                print(
+                    f"prompt tokens {shares.slo * shares.mix:.2f} and running requests {shares.slo:.2f} of their "
+                    f"size for the built-in request lengths at {reference}",
+                    file=sys.stderr,
+                )
+            document = builtin_policy(model, trace, shares.slo, shares.mix)
         workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)
@@ -378,7 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="closed-loop simulation of a vLLM fleet under a request trace")
     p.add_argument("--config", metavar="FILE", help="policy file (default: a built-in Llama-3-70B workload)")
-    p.add_argument("--trace", metavar="FILE", help="request trace (default: a built-in synthetic day)")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="request trace (default: a built-in synthetic day); without --config, the built-in targets are "
+        "sized for its requests by a load test",
+    )
     p.add_argument("--format", choices=["azure", "mooncake", "burstgpt", "rate", "synthetic"])
     p.add_argument("--out", metavar="REPORT.json")
     p.add_argument("--plot", metavar="FILE.png")

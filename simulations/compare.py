@@ -45,7 +45,9 @@ PROMPT_TOKENS_SHARE = 0.5
 RUNNING_SHARE = 0.5
 
 
-def builtin_document(model: ReplicaModel, trace: Trace | None = None, share: float = 1.0) -> dict[str, Any]:
+def builtin_document(
+    model: ReplicaModel, trace: Trace | None = None, share: float = 1.0, prompt_share: float = 1.0
+) -> dict[str, Any]:
     """The built-in workload, its targets sized for ``model``'s replica, the trace's requests and the SLO,
     as a user would size them for their own.
 
@@ -57,8 +59,9 @@ def builtin_document(model: ReplicaModel, trace: Trace | None = None, share: flo
       but whose sequences stay long in the cache.
     * Two waiting requests per replica: the backlog, whatever its cause.
 
-    The first two are for an SLO of 2 s; under a tighter one a replica takes ``share`` of them
-    (``sizing.slo_share``).
+    The first two are for an SLO of 2 s and requests of the built-in length distribution; a replica takes
+    ``share`` of them for a tighter SLO, and ``prompt_share`` of the prompt-token one besides for the
+    trace's own requests (``sizing.builtin_shares``).
 
     No KV-cache metric: the built-in one is the busiest replica's usage, and one long prompt fills a
     replica's cache whatever the fleet's load, so as a ``Value`` target it grows with the fleet it sizes.
@@ -79,7 +82,7 @@ def builtin_document(model: ReplicaModel, trace: Trace | None = None, share: flo
                         "name": "prompt_tokens_per_second",
                         "target": {
                             "type": "AverageValue",
-                            "value": share * PROMPT_TOKENS_SHARE * model.prefill_tokens_per_s,
+                            "value": prompt_share * share * PROMPT_TOKENS_SHARE * model.prefill_tokens_per_s,
                         },
                     },
                     {
@@ -105,10 +108,12 @@ ARTICLE_BEHAVIOR = {
 }
 
 
-def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None, share: float = 1.0) -> PolicyFile:
-    """The built-in workload for ``model`` and the trace's requests, its targets scaled by ``share``
-    (``sizing.slo_share``)."""
-    return parse_policy_document(builtin_document(model or ReplicaModel(), trace, share), "<built-in>")
+def builtin_policy(
+    model: ReplicaModel | None = None, trace: Trace | None = None, share: float = 1.0, prompt_share: float = 1.0
+) -> PolicyFile:
+    """The built-in workload for ``model`` and the trace's requests, its targets scaled by ``share`` and
+    ``prompt_share`` (``sizing.builtin_shares``)."""
+    return parse_policy_document(builtin_document(model or ReplicaModel(), trace, share, prompt_share), "<built-in>")
 
 
 def _workload_dict(workload: Workload) -> dict[str, Any]:

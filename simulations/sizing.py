@@ -30,6 +30,10 @@ LOAD_TEST_MOST_REQUESTS = 200_000  # at its highest rate: a test of tiny request
 LOAD_TEST_STEPS = 8  # to 0.4 % of the bound
 TIGHTER_STEPS = 6  # the tighter SLO's search, below the reference's rate: to 1.6 % of it
 LEAST_SHARE = 0.1
+# Samples of the built-in length distribution itself (the built-in day's, seeds 0-3; the two-day trace's)
+# sustain 0.955 to 0.998 of its rate: a difference within this is the test's, not the requests'.
+MIX_SPREAD = 0.94
+MOST_MIX_RATIO = 2.0
 
 
 @dataclass(frozen=True)
@@ -102,11 +106,21 @@ def tighter_than_reference(slo_ttft: float, slo_target: float) -> bool:
     return slo_ttft < REFERENCE_SLO_TTFT_S or slo_target > REFERENCE_SLO_TARGET
 
 
-def slo_share(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float) -> float:
-    """The part of the built-in targets a replica takes under the user's SLO: all of them under one no
-    tighter than the reference (2 s for 99 % of requests); under a tighter one (a shorter time or a higher
-    target), the square root of the rate the load test sustains under it over the rate it sustains under
-    the reference.
+@dataclass(frozen=True)
+class Shares:
+    """The part of the built-in targets a replica takes: ``slo`` of the prompt-token and running targets,
+    for the SLO; ``mix`` of the prompt-token target besides, for the trace's own requests."""
+
+    slo: float = 1.0
+    mix: float = 1.0
+
+
+def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float) -> Shares:
+    """How much of the built-in targets a replica takes for this trace's requests and this SLO.
+
+    ``slo``: all of them under an SLO no tighter than the reference (2 s for 99 % of requests); under a
+    tighter one (a shorter time or a higher target), the square root of the rate the load test sustains
+    under it over the rate it sustains under the reference, on the trace's requests.
 
     The square root, not the ratio: a fleet pools its load over more replicas than the load test, and
     holds headroom besides. Measured (README, "Simulation") on the built-in day, the Azure hour, a 3-hour
@@ -116,12 +130,48 @@ def slo_share(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_tar
     the reference targets met it in 5. A looser SLO keeps the targets: larger
     ones missed a 5 s SLO on the built-in day. Never below ``LEAST_SHARE``, which an SLO no load meets
     would otherwise take to zero.
+
+    ``mix``: the prompt-token target is half the prefill throughput for requests of the built-in length
+    distribution. Other requests sustain other prompt-token rates under the reference SLO: long prompts
+    less (each one's prefill holds up those behind it), prompts with short outputs more (less of the
+    replica goes to decoding). The share is the square root of the trace's rate over the built-in
+    distribution's, less the load test's own spread (``MIX_SPREAD``), at most ``MOST_MIX_RATIO``'s root.
+    The running target needs no such share: it is already sized for the trace's mean request.
     """
-    if not tighter_than_reference(slo_ttft, slo_target):
-        return 1.0
+    tighter = tighter_than_reference(slo_ttft, slo_target)
+    own_lengths = not trace.builtin_lengths
+    if not (tighter or own_lengths):
+        return Shares()
     test = LoadTest.of(model, trace)
     reference = sustained_rate(test, model, REFERENCE_SLO_TTFT_S, REFERENCE_SLO_TARGET)
     if reference <= 0:
-        return 1.0  # no load meets even the reference SLO: nothing to scale from
-    ratio = sustained_rate(test, model, slo_ttft, slo_target, below=reference, steps=TIGHTER_STEPS) / reference
-    return max(LEAST_SHARE, math.sqrt(min(1.0, ratio)))
+        return Shares()  # no load meets even the reference SLO: nothing to scale from
+    slo = 1.0
+    if tighter:
+        ratio = sustained_rate(test, model, slo_ttft, slo_target, below=reference, steps=TIGHTER_STEPS) / reference
+        slo = max(LEAST_SHARE, math.sqrt(min(1.0, ratio)))
+    mix = 1.0
+    if own_lengths:
+        builtin = builtin_prompt_rate(model)
+        if builtin > 0:
+            mix = mix_share(reference * float(np.mean(test.prompts)) / builtin)
+    return Shares(slo, mix)
+
+
+def builtin_prompt_rate(model: ReplicaModel) -> float:
+    """The prompt tokens per second that requests of the built-in length distribution sustain under the
+    reference SLO in the load test."""
+    test = LoadTest.of(model, None)
+    return sustained_rate(test, model, REFERENCE_SLO_TTFT_S, REFERENCE_SLO_TARGET) * float(np.mean(test.prompts))
+
+
+def mix_share(ratio: float) -> float:
+    """The prompt-token share for requests that sustain ``ratio`` times the built-in distribution's rate:
+    the square root of the part of the ratio beyond the load test's own spread."""
+    if ratio < MIX_SPREAD:
+        ratio /= MIX_SPREAD
+    elif ratio > 1 / MIX_SPREAD:
+        ratio *= MIX_SPREAD
+    else:
+        ratio = 1.0
+    return max(LEAST_SHARE, math.sqrt(min(MOST_MIX_RATIO, ratio)))

@@ -11,7 +11,7 @@ import json
 import math
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,6 +37,9 @@ class Trace:
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
+    # Lengths drawn from the built-in distribution (``sample_lengths``), the one the built-in targets are
+    # sized for, rather than a recorded trace's own.
+    builtin_lengths: bool = False
 
     def __post_init__(self) -> None:
         if len(self.arrival_s) == 0:
@@ -54,7 +57,7 @@ class Trace:
         """``time_scale`` 2 replays the trace twice as fast."""
         if time_scale <= 0:
             raise TraceError("--time-scale must be positive")
-        return Trace(self.name, self.arrival_s / time_scale, self.prompt_tokens, self.output_tokens)
+        return replace(self, arrival_s=self.arrival_s / time_scale)
 
 
 class _Requests:
@@ -200,7 +203,8 @@ def read_rate(path: Path, seed: int, rate_scale: float = 1.0, lengths: Trace | N
     rng = np.random.default_rng(seed)
     arrivals = poisson_arrivals(rng, start, np.asarray(rates), width)
     prompt, output = sample_lengths(rng, len(arrivals), lengths)
-    return Trace(path.name, arrivals - (arrivals[0] if len(arrivals) else 0.0), prompt, output)
+    arrivals = arrivals - (arrivals[0] if len(arrivals) else 0.0)
+    return Trace(path.name, arrivals, prompt, output, builtin_lengths=lengths is None)
 
 
 def synthetic_day(seed: int = 0, mean_rps: float = 2.0, hours: float = 2.0, bursts: int = 6) -> Trace:
@@ -221,7 +225,7 @@ def synthetic_day(seed: int = 0, mean_rps: float = 2.0, hours: float = 2.0, burs
         rates[inside] *= factor
     arrivals = poisson_arrivals(rng, starts, rates, width)
     prompt, output = sample_lengths(rng, len(arrivals))
-    return Trace(f"synthetic-day(seed={seed})", arrivals, prompt, output)
+    return Trace(f"synthetic-day(seed={seed})", arrivals, prompt, output, builtin_lengths=True)
 
 
 def guess_format(path: Path) -> str:

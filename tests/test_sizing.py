@@ -1,4 +1,5 @@
-"""The built-in workload's targets under the user's SLO: a load test of the replica model."""
+"""The built-in workload's targets for the trace's requests and the user's SLO: a load test of the replica
+model."""
 
 from __future__ import annotations
 
@@ -12,8 +13,20 @@ import simulations.sizing as sizing
 from autoscaler.cli import main
 from simulations.compare import builtin_document
 from simulations.replica_model import ReplicaModel
-from simulations.sizing import LEAST_SHARE, LoadTest, slo_share, sustained_rate
-from simulations.traces import Trace
+from simulations.sizing import (
+    LEAST_SHARE,
+    MIX_SPREAD,
+    MOST_MIX_RATIO,
+    LoadTest,
+    builtin_shares,
+    mix_share,
+    sustained_rate,
+)
+from simulations.traces import Trace, load_trace
+
+
+def slo_share(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float) -> float:
+    return builtin_shares(model, trace, slo_ttft, slo_target).slo
 
 
 @pytest.fixture
@@ -23,11 +36,13 @@ def short_load_test(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sizing, "LOAD_TEST_S", 600.0)
 
 
-def chat_requests() -> Trace:
+def chat_requests(prompt_median: float = 1000, output_median: float = 200, builtin: bool = True) -> Trace:
+    """Requests like the built-in distribution's (and said to be drawn from it, unless ``builtin`` is
+    false, so that only the SLO is tested)."""
     rng = np.random.default_rng(7)
-    prompt = np.clip(rng.lognormal(np.log(1000), 0.5, 500), 1, None).astype(np.int64)
-    output = np.clip(rng.lognormal(np.log(200), 0.6, 500), 1, None).astype(np.int64)
-    return Trace("chat", np.arange(500.0), prompt, output)
+    prompt = np.clip(rng.lognormal(np.log(prompt_median), 0.5, 500), 1, None).astype(np.int64)
+    output = np.clip(rng.lognormal(np.log(output_median), 0.6, 500), 1, None).astype(np.int64)
+    return Trace("chat", np.arange(500.0), prompt, output, builtin_lengths=builtin)
 
 
 def test_the_reference_slo_and_looser_ones_keep_the_targets_without_a_load_test(
@@ -96,11 +111,54 @@ def test_an_slo_no_load_meets_floors_the_share(monkeypatch: pytest.MonkeyPatch) 
     assert slo_share(ReplicaModel(), chat_requests(), 0.01, 0.99) == 1.0
 
 
-def test_the_share_scales_the_prompt_and_running_targets() -> None:
+def test_the_share_scales_the_prompt_and_running_targets_and_the_prompt_share_the_prompt_one() -> None:
     model = ReplicaModel(prefill_tokens_per_s=3000, kv_cache_tokens=60_000)
     trace = Trace("t", np.array([0.0, 1.0]), np.array([900, 1100]), np.array([100, 300]))
-    targets = {m["name"]: m["target"]["value"] for m in builtin_document(model, trace, 0.5)["workloads"][0]["metrics"]}
-    assert targets == {"prompt_tokens_per_second": 750, "num_requests_running": 12.5, "num_requests_waiting": 2}
+
+    def targets(*shares: float) -> dict[str, float]:
+        metrics = builtin_document(model, trace, *shares)["workloads"][0]["metrics"]
+        return {m["name"]: m["target"]["value"] for m in metrics}
+
+    assert targets(0.5) == {"prompt_tokens_per_second": 750, "num_requests_running": 12.5, "num_requests_waiting": 2}
+    assert targets(0.5, 0.8) == {
+        "prompt_tokens_per_second": 600,
+        "num_requests_running": 12.5,
+        "num_requests_waiting": 2,
+    }
+
+
+def test_a_recorded_trace_is_load_tested_at_the_reference_slo_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its requests are not the built-in distribution's, which the prompt-token target is sized for."""
+    calls: list[float] = []
+
+    def rate(test: LoadTest, model: ReplicaModel, slo_ttft: float, *_: object, **__: object) -> float:
+        calls.append(slo_ttft)
+        return 1.0 if test.prompts.mean() < 600 else 2.0  # the built-in distribution's mean is about 1,155
+
+    monkeypatch.setattr(sizing, "sustained_rate", rate)
+    shares = builtin_shares(ReplicaModel(), chat_requests(prompt_median=300, builtin=False), 2.0, 0.99)
+    assert calls == [2.0, 2.0] and shares.slo == 1.0 and shares.mix < 1.0
+
+
+def test_the_mix_share_leaves_the_load_tests_own_spread_and_is_bounded() -> None:
+    assert mix_share(1.0) == mix_share(MIX_SPREAD) == mix_share(1 / MIX_SPREAD) == 1.0
+    assert mix_share(0.5) == pytest.approx((0.5 / MIX_SPREAD) ** 0.5)
+    assert mix_share(1.5) == pytest.approx((1.5 * MIX_SPREAD) ** 0.5)
+    assert mix_share(100.0) == pytest.approx(MOST_MIX_RATIO**0.5)
+    assert mix_share(0.0) == LEAST_SHARE
+    ratios = np.linspace(0.0, 3.0, 301)
+    assert np.all(np.diff([mix_share(r) for r in ratios]) >= 0)
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_long_prompts_take_a_smaller_prompt_share_and_short_outputs_a_larger_one() -> None:
+    """Four times the prompt: each prefill holds up those behind it for longer. A tenth of the output:
+    less of each replica goes to decoding. Neither changes the running target's share."""
+    model = ReplicaModel()
+    long_prompts = builtin_shares(model, chat_requests(prompt_median=4000, builtin=False), 2.0, 0.99)
+    short_outputs = builtin_shares(model, chat_requests(output_median=20, builtin=False), 2.0, 0.99)
+    assert long_prompts.mix < 0.9 and short_outputs.mix > 1.05
+    assert long_prompts.slo == short_outputs.slo == 1.0
 
 
 @pytest.mark.usefixtures("short_load_test")
@@ -118,8 +176,13 @@ def test_simulate_sizes_the_builtin_workload_for_the_slo_it_is_given(
         assert main(["simulate", "--trace", str(trace), "--slo-ttft", slo, "--out", str(out)]) == 0
         return {m["name"]: m["target"]["value"] for m in json.loads(out.read_text())["model"]["metrics"]}
 
-    reference, tight = targets("2"), targets("0.5")
-    assert reference["prompt_tokens_per_second"] == 500
+    reference = targets("2")
+    assert "sizing the built-in workload's targets for the trace's requests by a load test" in capsys.readouterr().err
+    tight = targets("0.5")
+    assert "for the trace's requests and an SLO of 0.5 s for 99%" in capsys.readouterr().err
+    requests = load_trace(str(trace), None, 0, 1.0, None)
+    mix = builtin_shares(ReplicaModel(), requests, 2.0, 0.99).mix
+    assert mix != 1.0 and reference["prompt_tokens_per_second"] == pytest.approx(500 * mix)
     assert tight["prompt_tokens_per_second"] < reference["prompt_tokens_per_second"]
+    assert tight["num_requests_running"] < reference["num_requests_running"]
     assert tight["num_requests_waiting"] == reference["num_requests_waiting"] == 2
-    capsys.readouterr()
