@@ -1,10 +1,11 @@
-"""How much of the built-in workload's targets a replica takes under the user's SLO, found as a user
-would find it: a load test of a few replicas under steady traffic of the trace's requests.
+"""How much of the built-in workload's targets a replica takes for the trace's requests and the user's
+SLO, found as a user would find it: a load test of a few replicas under steady traffic of those requests.
 
-The built-in targets (``compare.builtin_document``) are sized for an SLO of 2 s on time to first token
-beyond a request's own prefill. A tighter SLO leaves less room for queueing, by how much depends on
-everything that delays a first token: the prompts' lengths, the prefill throughput, the decode batch
-that shares each engine step. No formula in one of them fits (measured, README "Simulation": scaling
+The built-in targets (``compare.builtin_document``) are sized for requests of the built-in length
+distribution under an SLO of 2 s on time to first token beyond a request's own prefill. Other requests
+sustain other rates (``builtin_shares``). A tighter SLO leaves less room for queueing, by how much
+depends on everything that delays a first token: the prompts' lengths, the prefill throughput, the
+decode batch that shares each engine step. No formula in one of them fits (measured, README "Simulation": scaling
 the targets with the SLO alone over-provisioned fast GPUs and short prompts; with the SLO over the mean
 prompt's prefill, missed the SLO where big decode batches slow the engine). So the replica model
 itself is asked: the load ``LOAD_TEST_REPLICAS`` fixed replicas carry within the user's SLO and within
