@@ -127,7 +127,7 @@ def test_the_share_scales_the_prompt_and_running_targets_and_the_prompt_share_th
     }
 
 
-def test_a_recorded_trace_is_load_tested_at_the_reference_slo_too(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_recorded_trace_is_load_tested_under_the_slo_its_targets_stand_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its requests are not the built-in distribution's, which the prompt-token target is sized for."""
     calls: list[float] = []
 
@@ -138,6 +138,14 @@ def test_a_recorded_trace_is_load_tested_at_the_reference_slo_too(monkeypatch: p
     monkeypatch.setattr(sizing, "sustained_rate", rate)
     shares = builtin_shares(ReplicaModel(), chat_requests(prompt_median=300, builtin=False), 2.0, 0.99)
     assert calls == [2.0, 2.0] and shares.slo == 1.0 and shares.mix < 1.0
+    # Under a looser SLO, both are tested under it; under a tighter one, under the reference (and the
+    # trace's requests under the user's SLO as well, for the ``slo`` share).
+    calls.clear()
+    builtin_shares(ReplicaModel(), chat_requests(builtin=False), 5.0, 0.99)
+    assert calls == [5.0, 5.0]
+    calls.clear()
+    builtin_shares(ReplicaModel(), chat_requests(builtin=False), 1.0, 0.99)
+    assert calls == [2.0, 1.0, 2.0]
 
 
 def test_the_mix_share_leaves_the_load_tests_own_spread_and_is_bounded() -> None:
