@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autoscaler import __version__
 from autoscaler.policy_file import PolicyFile, PolicyFileError, json_schema, load_policy_file
@@ -152,6 +152,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations.traces import TraceError, load_trace
 
     document = None
+    sizing: dict[str, Any] = {}  # how the built-in workload's targets were sized, for the report
     if args.config:
         document = _load(args.config)
         if document is None:
@@ -195,6 +196,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             document = builtin_policy(model, trace, shares.slo, shares.mix)
+            sizing["builtin_target_shares"] = {
+                "prompt_tokens_per_second": round(shares.slo * shares.mix, 4),
+                "num_requests_running": round(shares.slo, 4),
+            }
         workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)
@@ -213,7 +218,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) else str(exc)
         _error(message)
         return EXIT_BAD_INPUT
-    data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale})
+    data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale, **sizing})
     print(reporting.table(data))
     print(f"(simulated in {comparison.elapsed_s:.1f} s)", file=sys.stderr)
     written = args.out

@@ -129,7 +129,10 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
     assert (
         main(["simulate", "--time-scale", "8", "--cold-start", "600", "--policy", "predictive", "--out", str(out)]) == 0
     )
-    runs = {r["policy"]: r for r in json.loads(out.read_text())["results"]}
+    data = json.loads(out.read_text())
+    # The built-in day's requests are the built-in distribution's, and 2 s is the reference SLO.
+    assert data["model"]["builtin_target_shares"] == {"prompt_tokens_per_second": 1.0, "num_requests_running": 1.0}
+    runs = {r["policy"]: r for r in data["results"]}
     assert runs["predictive"]["settings"] == {
         "type": "predictive",
         "tolerance": 0.1,

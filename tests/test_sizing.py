@@ -179,10 +179,14 @@ def test_simulate_sizes_the_builtin_workload_for_the_slo_it_is_given(
         + "".join(f"2023-11-16 18:{m // 6:02d}:{m % 6 * 10:02d}.0000000,1000,100\n" for m in range(60))
     )
 
+    shares: dict[str, dict[str, float]] = {}
+
     def targets(slo: str) -> dict[str, float]:
         out = tmp_path / f"r{slo}.json"
         assert main(["simulate", "--trace", str(trace), "--slo-ttft", slo, "--out", str(out)]) == 0
-        return {m["name"]: m["target"]["value"] for m in json.loads(out.read_text())["model"]["metrics"]}
+        model = json.loads(out.read_text())["model"]
+        shares[slo] = model["builtin_target_shares"]
+        return {m["name"]: m["target"]["value"] for m in model["metrics"]}
 
     reference = targets("2")
     assert "sizing the built-in workload's targets for the trace's requests by a load test" in capsys.readouterr().err
@@ -191,6 +195,30 @@ def test_simulate_sizes_the_builtin_workload_for_the_slo_it_is_given(
     requests = load_trace(str(trace), None, 0, 1.0, None)
     mix = builtin_shares(ReplicaModel(), requests, 2.0, 0.99).mix
     assert mix != 1.0 and reference["prompt_tokens_per_second"] == pytest.approx(500 * mix)
+    assert shares["2"] == {"prompt_tokens_per_second": round(mix, 4), "num_requests_running": 1.0}
+    assert shares["0.5"]["num_requests_running"] < 1.0
     assert tight["prompt_tokens_per_second"] < reference["prompt_tokens_per_second"]
     assert tight["num_requests_running"] < reference["num_requests_running"]
     assert tight["num_requests_waiting"] == reference["num_requests_waiting"] == 2
+
+
+def test_a_policy_files_targets_are_left_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --config the targets are the user's: no load test, and no shares in the report."""
+
+    def no_load_test(*_: object, **__: object) -> float:
+        raise AssertionError("a policy file's targets are not sized")
+
+    monkeypatch.setattr(sizing, "sustained_rate", no_load_test)
+    policy, trace, out = tmp_path / "p.yaml", tmp_path / "t.csv", tmp_path / "r.json"
+    policy.write_text(json.dumps(builtin_document(ReplicaModel())))
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"2023-11-16 18:{m:02d}:00.0000000,4000,100\n" for m in range(20))
+    )
+    assert (
+        main(["simulate", "--config", str(policy), "--trace", str(trace), "--policy", "threshold", "--out", str(out)])
+        == 0
+    )
+    model = json.loads(out.read_text())["model"]
+    assert "builtin_target_shares" not in model
+    assert {m["name"]: m["target"]["value"] for m in model["metrics"]}["prompt_tokens_per_second"] == 500
