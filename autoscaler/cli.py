@@ -147,6 +147,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         REFERENCE_SLO_TTFT_S,
         Shares,
         builtin_shares,
+        load_test_needed,
         tighter_than_reference,
     )
     from simulations.traces import TraceError, load_trace
@@ -176,8 +177,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
         if document is None:
             shares = Shares()
-            tighter = tighter_than_reference(args.slo_ttft, args.slo_target)
-            if tighter or not trace.builtin_lengths:
+            if load_test_needed(trace, args.slo_ttft, args.slo_target):
+                tighter = tighter_than_reference(args.slo_ttft, args.slo_target)
                 reference = f"{REFERENCE_SLO_TTFT_S:g} s for {reporting.percent(REFERENCE_SLO_TARGET)}"
                 what = (["the trace's requests"] if not trace.builtin_lengths else []) + (
                     [f"an SLO of {args.slo_ttft:g} s for {reporting.percent(args.slo_target)}"] if tighter else []
@@ -191,13 +192,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 )
                 shares = builtin_shares(model, trace, args.slo_ttft, args.slo_target)
                 print(
-                    f"prompt tokens {shares.slo * shares.mix:.2f} and running requests {shares.slo:.2f} of their "
+                    f"prompt tokens {shares.prompt_tokens:.2f} and running requests {shares.slo:.2f} of their "
                     f"size for the built-in request lengths at {reference}",
                     file=sys.stderr,
                 )
             document = builtin_policy(model, trace, shares.slo, shares.mix)
             sizing["builtin_target_shares"] = {
-                "prompt_tokens_per_second": round(shares.slo * shares.mix, 4),
+                "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
                 "num_requests_running": round(shares.slo, 4),
             }
         workload = document.workloads[0]

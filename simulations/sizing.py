@@ -5,10 +5,10 @@ The built-in targets (``compare.builtin_document``) are sized for requests of th
 distribution under an SLO of 2 s on time to first token beyond a request's own prefill. Other requests
 sustain other rates (``builtin_shares``). A tighter SLO leaves less room for queueing, by how much
 depends on everything that delays a first token: the prompts' lengths, the prefill throughput, the
-decode batch that shares each engine step. No formula in one of them fits (measured, README "Simulation": scaling
-the targets with the SLO alone over-provisioned fast GPUs and short prompts; with the SLO over the mean
-prompt's prefill, missed the SLO where big decode batches slow the engine). So the replica model
-itself is asked: the load ``LOAD_TEST_REPLICAS`` fixed replicas carry within the user's SLO and within
+decode batch that shares each engine step. No formula in one of them fits (measured, README
+"Simulation": scaling the targets with the SLO alone over-provisioned fast GPUs and short prompts; with
+the SLO over the mean prompt's prefill, missed the SLO where big decode batches slow the engine). So the
+replica model itself is asked: the load ``LOAD_TEST_REPLICAS`` fixed replicas carry within the user's SLO and within
 the reference one, on the same arrivals scaled in time (common random numbers).
 """
 
@@ -115,6 +115,17 @@ class Shares:
     slo: float = 1.0
     mix: float = 1.0
 
+    @property
+    def prompt_tokens(self) -> float:
+        """The part of the prompt-token target taken, for the SLO and the requests together."""
+        return self.slo * self.mix
+
+
+def load_test_needed(trace: Trace, slo_ttft: float, slo_target: float) -> bool:
+    """Whether ``builtin_shares`` load-tests anything: for a tighter SLO than the reference, or for
+    requests other than the built-in distribution's."""
+    return tighter_than_reference(slo_ttft, slo_target) or not trace.builtin_lengths
+
 
 def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float) -> Shares:
     """How much of the built-in targets a replica takes for this trace's requests and this SLO.
@@ -145,10 +156,9 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     "Simulation"): predictive now meets the SLO on a 4x-prompt hour at 2 and 1.5 s, which it missed, and
     undercuts static-best on a code-like hour, which it did not, and no run of 34 fell from either.
     """
-    tighter = tighter_than_reference(slo_ttft, slo_target)
-    own_lengths = not trace.builtin_lengths
-    if not (tighter or own_lengths):
+    if not load_test_needed(trace, slo_ttft, slo_target):
         return Shares()
+    tighter = tighter_than_reference(slo_ttft, slo_target)
     # The SLO the targets stand for before the ``slo`` share: the reference, or the user's if looser.
     sized_for = (REFERENCE_SLO_TTFT_S, REFERENCE_SLO_TARGET) if tighter else (slo_ttft, slo_target)
     test = LoadTest.of(model, trace)
@@ -160,7 +170,7 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
         ratio = sustained_rate(test, model, slo_ttft, slo_target, below=reference, steps=TIGHTER_STEPS) / reference
         slo = max(LEAST_SHARE, math.sqrt(min(1.0, ratio)))
     mix = 1.0
-    if own_lengths:
+    if not trace.builtin_lengths:
         builtin = builtin_prompt_rate(model, *sized_for)
         if builtin > 0:
             mix = mix_share(reference * float(np.mean(test.prompts)) / builtin)
