@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,6 +116,8 @@ class Replica:
     waiting: deque[int] = field(default_factory=deque)
     running: int = 0
     kv_reserved: float = 0.0
+    # Prefix caching: the keys of the prompt blocks this replica holds, least recently used first.
+    blocks: OrderedDict[int, None] = field(default_factory=OrderedDict)
 
     def ready(self, now: float) -> bool:
         return self.removed_at is None and self.ready_at <= now
@@ -150,6 +152,11 @@ class Fleet:
         self.output = trace.output_tokens.astype(np.float64)
         # The KV cache a request reserves on admission: its prompt and output, at most the whole cache.
         self.footprint = np.minimum(self.prompt + self.output, model.kv_cache_tokens)
+        # The prompt tokens each request prefills: all of them, less a prefix its replica holds (set on
+        # admission).
+        self.computed = self.prompt.copy()
+        self.prefix = trace.prefix if model.prefix_caching else None
+        self.cache_blocks = int(model.kv_cache_tokens // self.prefix.block_tokens) if self.prefix else 0
         self.first_token = np.full(n, np.nan)
         self.admitted = np.full(n, np.nan)
         self.finished = np.full(n, np.nan)
@@ -278,6 +285,12 @@ class Fleet:
                 reqs.append(req)
         if not reqs:
             return
+        if self.prefix is not None:
+            for rep, req in zip(reps, reqs, strict=True):
+                cached = self._reuse_prefix(self.replicas[rep], req)
+                self.computed[req] = max(self.prompt[req] - cached, 1.0)
+                # vLLM counts a prompt's cached tokens among its prompt tokens.
+                self.prompt_tokens_total += self.prompt[req] - self.computed[req]
         idx = np.asarray(reqs, dtype=np.int64)
         # A request that arrives inside the step is admitted on arrival, not at the step's start.
         start = np.maximum(self.arrival[idx], now)
@@ -285,9 +298,26 @@ class Fleet:
         self.r_tokens_per_step = None
         self.r_rep = np.concatenate([self.r_rep, np.asarray(reps, dtype=np.int64)])
         self.r_req = np.concatenate([self.r_req, idx])
-        self.r_pre = np.concatenate([self.r_pre, self.prompt[idx]])
+        self.r_pre = np.concatenate([self.r_pre, self.computed[idx]])
         self.r_dec = np.concatenate([self.r_dec, self.output[idx] - 1.0])
         self.r_start = np.concatenate([self.r_start, start])
+
+    def _reuse_prefix(self, replica: Replica, req: int) -> float:
+        """The prompt tokens of ``req`` that ``replica`` holds from earlier prompts (the longest prefix of
+        its blocks in the cache); all its blocks are then held, the first the most recently used, so that
+        the cache gives up a prompt's tail before its head, as vLLM's does."""
+        assert self.prefix is not None
+        keys = self.prefix.keys(req)
+        cache = replica.blocks
+        hit = 0
+        while hit < len(keys) and keys[hit] in cache:
+            hit += 1
+        for key in reversed(keys):
+            cache[key] = None
+            cache.move_to_end(key)
+        while len(cache) > self.cache_blocks:
+            cache.popitem(last=False)
+        return float(hit * self.prefix.block_tokens)
 
     def step(self, now: float) -> None:
         """Advance from ``now`` to ``now + step_s``."""

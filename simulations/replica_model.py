@@ -18,6 +18,11 @@ One engine step (continuous batching with chunked prefill) reads the weights onc
 per decoding sequence plus a chunk of pending prefill, within ``max_num_batched_tokens``) at
 ``prefill_tokens_per_s``. So a sequence decodes at ``decode_tokens_per_s`` alone and slower in a big
 batch or beside a long prefill, and a replica's prefill and decode share its time as they do on a GPU.
+* ``prefix_caching`` on, as in vLLM's V1 engine: a replica keeps the KV blocks of the prompts it has
+  prefilled, as many as its cache holds (``kv_cache_tokens``), the least recently used going first, and
+  prefills only what follows the longest prefix it holds. It matters only for traces that record their
+  prompts' prefix blocks (Mooncake's ``hash_ids``); with ``prefix_caching=0`` every prompt is prefilled
+  in full.
 * ``gpus_per_replica`` 4, so ``gpu_hours`` = replica-hours x 4.
 * scrape every 15 s, staleness 300 s (Prometheus's default lookback); a removed replica drains (vLLM
   ``--shutdown-timeout`` with a matching ``terminationGracePeriodSeconds`` of 300 s) unless ``drain`` is 0.
@@ -45,6 +50,7 @@ class ReplicaModel(StrictModel):
     scrape_interval_s: float = Field(default=15.0, gt=0)
     staleness_s: float = Field(default=300.0, gt=0)
     routing: Literal["least-waiting", "round-robin"] = "least-waiting"
+    prefix_caching: bool = True
     drain: bool = True
     drain_timeout_s: float = Field(default=300.0, ge=0)
     step_s: float = Field(default=1.0, gt=0, le=10)

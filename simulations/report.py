@@ -43,13 +43,18 @@ def report(comparison: Comparison, extra_model: dict[str, Any]) -> dict[str, Any
         workload=c.workload.key,
         metrics=[m.model_dump(mode="json", exclude_none=True) for m in c.workload.metrics],
     )
-    return {
+    data: dict[str, Any] = {
         "trace": c.trace.name,
         "duration_s": round(c.trace.duration_s, 3),
         "requests": c.trace.requests,
         "model": model,
         "results": results,
     }
+    if c.trace.prefix is not None:
+        # What one cache of unbounded size, shared by the fleet, would hold: the most any routing can reach.
+        prompt = c.trace.prompt_tokens.astype(float)
+        data["prefix_reuse"] = round(1.0 - float(c.trace.prefix.least_prefill(prompt).sum() / prompt.sum()), 4)
+    return data
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

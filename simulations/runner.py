@@ -132,6 +132,9 @@ class RunResult:
     timeline: dict[str, list[float]] = field(default_factory=dict)
     abandoned: bool = False
     settings: dict[str, Any] | None = None
+    # With prefix caching: the part of the trace's prompt tokens that their replicas held (none for a
+    # request never admitted), at most the trace's ``prefix_reuse``.
+    prefix_cache_hits: float | None = None
 
     def meets(self, target: float) -> bool:
         return self.slo_attainment >= target
@@ -153,6 +156,8 @@ class RunResult:
             data["tuned"] = self.tuned
         if self.settings is not None:
             data["settings"] = self.settings
+        if self.prefix_cache_hits is not None:
+            data["prefix_cache_hits"] = round(self.prefix_cache_hits, 4)
         return data
 
 
@@ -196,15 +201,17 @@ def allowed_misses(trace: Trace, slo_target: float) -> int:
 def certain_misses(fleet: Fleet, now: float, slo_ttft: float) -> int:
     """Requests that have missed the SLO whatever happens next: served late, or unserved past the deadline."""
     arrived = fleet.next_arrival
-    own = fleet.model.idle_prefill_s(fleet.prompt[:arrived])
+    own = fleet.model.idle_prefill_s(fleet.computed[:arrived])
     first = fleet.first_token[:arrived]
     waited = np.where(np.isnan(first), now, first) - fleet.arrival[:arrived] - own
     return int(np.count_nonzero(waited > slo_ttft + 1e-9))
 
 
 def slo_met(fleet: Fleet, slo_ttft: float) -> np.ndarray:
-    """Time to first token, less the request's own prefill on an idle replica, within ``slo_ttft``."""
-    own_prefill = fleet.model.idle_prefill_s(fleet.prompt)
+    """Time to first token, less the request's own prefill on an idle replica, within ``slo_ttft``. Its
+    own prefill is of the tokens it had to prefill: with prefix caching, those after the prefix its
+    replica held (a request not yet admitted counts all of them, the most it can have)."""
+    own_prefill = fleet.model.idle_prefill_s(fleet.computed)
     ttft = fleet.first_token - fleet.arrival
     with np.errstate(invalid="ignore"):
         met: np.ndarray = (~fleet.dropped) & ~np.isnan(ttft) & (ttft - own_prefill <= slo_ttft + 1e-9)
@@ -291,6 +298,7 @@ def run(
     ttft = (fleet.first_token - fleet.arrival)[served]
     waited = ~np.isnan(fleet.admitted)
     completed = int((~np.isnan(fleet.finished)).sum())
+    hits = None if fleet.prefix is None else 1.0 - float(fleet.computed.sum() / fleet.prompt.sum())
     return RunResult(
         policy=contender.name,
         gpu_hours=gpu_seconds_at_end * model.gpus_per_replica / 3600.0,
@@ -305,6 +313,7 @@ def run(
         tuned=contender.tuned,
         timeline=series if timeline else {},
         settings=contender.settings(),
+        prefix_cache_hits=hits,
     )
 
 
@@ -348,9 +357,15 @@ def oracle_bound(
     others, the requests that owe the most. Fractional replicas, no cold start, no scheduling loss,
     perfect packing and the most favourable failures only make it smaller than anything a real policy
     can reach, hence a bound.
+
+    With prefix caching, a request's prefill is taken at its least (``PrefixBlocks.least_prefill``: after
+    the longest prefix any earlier request had, as from one unbounded cache), and its deadline at its
+    latest (its whole prompt's prefill): no replica prefills less, and whatever it prefills, a run that
+    meets the SLO for it has done so by then.
     """
     arrival, prompt, output = trace.arrival_s, trace.prompt_tokens.astype(float), trace.output_tokens.astype(float)
-    prefill_s = prompt / model.prefill_tokens_per_s
+    computed = trace.prefix.least_prefill(prompt) if trace.prefix is not None and model.prefix_caching else prompt
+    prefill_s = computed / model.prefill_tokens_per_s
     end = float(arrival[-1])
     count = max(1, math.ceil(end / window_s))
     length = np.clip(end - np.arange(count) * window_s, 0.0, window_s)
@@ -360,7 +375,7 @@ def oracle_bound(
     inside = due & ((deadline // window_s).astype(np.int64) == k)
     prefill_in = np.bincount(k[inside], weights=prefill_s[inside], minlength=count)
     finished = due & (deadline + model.latest_finish_s(output) <= end)
-    owed = np.where(finished, model.min_work_s(prompt, output), np.where(due, prefill_s, 0.0))
+    owed = np.where(finished, model.min_work_s(computed, output), np.where(due, prefill_s, 0.0))
     work_in = np.bincount(k, weights=owed, minlength=count)
     least = min_replicas * length
     floor = np.maximum(least, prefill_in)

@@ -21,7 +21,7 @@ import numpy as np
 
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, allowed_misses, run
-from simulations.traces import Trace, sample_lengths
+from simulations.traces import PrefixBlocks, Trace, sample_lengths
 
 REFERENCE_SLO_TTFT_S = 2.0  # the built-in targets are sized for this SLO
 REFERENCE_SLO_TARGET = 0.99
@@ -49,6 +49,7 @@ class LoadTest:
     outputs: np.ndarray
     most: float
     span: float
+    prefix: PrefixBlocks | None = None
 
     @classmethod
     def of(cls, model: ReplicaModel, trace: Trace | None) -> LoadTest:
@@ -66,13 +67,19 @@ class LoadTest:
         span = min(LOAD_TEST_S, LOAD_TEST_MOST_REQUESTS / most)
         count = max(1, math.ceil(most * span * 1.5))
         gaps = rng.exponential(1.0, count)
+        if trace is not None and trace.prefix is not None and model.prefix_caching:
+            # In the trace's order, which decides what a prompt finds cached (a conversation's turns);
+            # a random draw would repeat whole prompts, which the cache would hold.
+            picks = np.arange(count, dtype=np.int64) % len(prompt)
+            return cls(gaps, prompt[picks], output[picks], most, span, trace.prefix.repeated(count))
         picks = rng.integers(0, len(prompt), count)
         return cls(gaps, prompt[picks], output[picks], most, span)
 
     def at(self, rate: float) -> Trace:
         arrivals = np.cumsum(self.gaps / rate)
         n = max(1, int(np.searchsorted(arrivals, self.span)))
-        return Trace("load-test", arrivals[:n], self.prompts[:n], self.outputs[:n])
+        prefix = self.prefix.head(n) if self.prefix is not None else None
+        return Trace("load-test", arrivals[:n], self.prompts[:n], self.outputs[:n], prefix=prefix)
 
     def meets(self, model: ReplicaModel, rate: float, slo_ttft: float, slo_target: float) -> bool:
         trace = self.at(rate)

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 FORMATS = ("azure", "mooncake", "burstgpt", "rate", "synthetic")
+MOONCAKE_BLOCK_TOKENS = 512  # the prompt tokens each of a Mooncake request's ``hash_ids`` stands for
+PASS_STRIDE = 1 << 40  # ``PrefixBlocks.repeated``: block ids are far below it (Mooncake's count from 0)
 MAX_EXPANDED_REQUESTS = 20_000_000
 
 # Lengths for traces that carry none (rate-per-window files): log-normal fits to the Azure LLM inference
@@ -32,6 +34,72 @@ class TraceError(ValueError):
 
 
 @dataclass(frozen=True)
+class PrefixBlocks:
+    """The prompts' prefix blocks, as Mooncake records them: request ``i``'s prompt is the blocks
+    ``ids[offsets[i]:offsets[i + 1]]`` in order, each ``block_tokens`` tokens (the last may be partial);
+    two requests with the same first ``k`` ids share their first ``k`` blocks of prompt, which a replica
+    with prefix caching need not prefill again. Flat arrays: 8 bytes a block."""
+
+    offsets: np.ndarray  # int64, one more than there are requests
+    ids: np.ndarray  # int64
+    block_tokens: int
+
+    def take(self, index: np.ndarray) -> PrefixBlocks:
+        """The blocks of the requests ``index``, in that order."""
+        counts = np.diff(self.offsets)[index]
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        starts = self.offsets[:-1][index]
+        within = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], counts)
+        return PrefixBlocks(offsets, self.ids[np.repeat(starts, counts) + within], self.block_tokens)
+
+    def of(self, request: int) -> np.ndarray:
+        """Request ``request``'s block ids, in prompt order."""
+        blocks: np.ndarray = self.ids[self.offsets[request] : self.offsets[request + 1]]
+        return blocks
+
+    def head(self, count: int) -> PrefixBlocks:
+        """The blocks of the first ``count`` requests."""
+        return PrefixBlocks(self.offsets[: count + 1], self.ids[: self.offsets[count]], self.block_tokens)
+
+    def repeated(self, count: int) -> PrefixBlocks:
+        """The blocks of ``count`` requests that go through these in order, again and again, each pass
+        with blocks of its own: a pass shares prefixes within itself as the trace does, not with the
+        passes before it (which would hold every one of its prompts)."""
+        requests = len(self.offsets) - 1
+        picked = self.take(np.arange(count, dtype=np.int64) % requests)
+        passes = np.repeat(np.arange(count, dtype=np.int64) // requests, np.diff(picked.offsets))
+        with np.errstate(over="ignore"):
+            ids = picked.ids + passes * np.int64(PASS_STRIDE)  # wraps around int64: still one id per block
+        return PrefixBlocks(picked.offsets, ids, self.block_tokens)
+
+    def keys(self, request: int) -> list[int]:
+        """One key per block of request ``request``'s prompt, naming the block with everything before it
+        (vLLM's block hashes chain the same way): equal keys mean equal prefixes."""
+        keys, key = [], 0
+        for block in self.of(request).tolist():
+            key = hash((key, block))
+            keys.append(key)
+        return keys
+
+    def least_prefill(self, prompt: np.ndarray) -> np.ndarray:
+        """The prompt tokens each request must prefill at the least: those after the longest prefix of
+        its blocks that an earlier request had, as if one cache of unbounded size served them all (at
+        least one token: the last is always computed, for its logits)."""
+        seen: set[int] = set()
+        cached = np.zeros(len(prompt))
+        for i in range(len(prompt)):
+            keys = self.keys(i)
+            hit = 0
+            while hit < len(keys) and keys[hit] in seen:
+                hit += 1
+            seen.update(keys[hit:])
+            cached[i] = hit * self.block_tokens
+        computed: np.ndarray = np.minimum(np.clip(prompt - cached, 1.0, None), prompt)
+        return computed
+
+
+@dataclass(frozen=True)
 class Trace:
     name: str
     arrival_s: np.ndarray
@@ -40,6 +108,8 @@ class Trace:
     # Lengths drawn from the built-in distribution (``sample_lengths``), the one the built-in targets are
     # sized for, rather than a recorded trace's own.
     builtin_lengths: bool = False
+    # The prompts' prefix blocks, where the trace records them (Mooncake's ``hash_ids``).
+    prefix: PrefixBlocks | None = None
 
     def __post_init__(self) -> None:
         if len(self.arrival_s) == 0:
@@ -66,8 +136,9 @@ class _Requests:
 
     def __init__(self) -> None:
         self.arrivals, self.prompts, self.outputs = array("d"), array("q"), array("q")
+        self.block_counts, self.block_ids = array("q"), array("q")
 
-    def add(self, arrival: float, prompt: float, output: float) -> None:
+    def add(self, arrival: float, prompt: float, output: float, blocks: list[int] | None = None) -> None:
         """One request's fields, checked: a finite arrival, whole token counts that are not negative. A
         request with no output (a failed one in BurstGPT) is kept: it still costs its prefill and first
         token."""
@@ -76,17 +147,29 @@ class _Requests:
         for what, value in (("prompt", prompt), ("output", output)):
             if not math.isfinite(value) or not 0 <= value < 2**62:
                 raise ValueError(f"{what} length {value} is not a token count")
+        if blocks is not None:
+            if not all(type(b) is int and -(2**63) <= b < 2**63 for b in blocks):
+                raise ValueError("hash_ids is not a list of integers")
+            self.block_ids.extend(blocks)
+        self.block_counts.append(len(blocks or ()))
         self.arrivals.append(arrival)
         self.prompts.append(int(prompt))
         self.outputs.append(int(output))
 
-    def trace(self, name: str) -> Trace:
+    def trace(self, name: str, block_tokens: int = 0) -> Trace:
         arrival = np.frombuffer(self.arrivals, dtype=np.float64)
         order = np.argsort(arrival, kind="stable")
         arrival = arrival[order] - arrival[order][0] if len(arrival) else arrival.copy()
         prompt = np.clip(np.frombuffer(self.prompts, dtype=np.int64)[order], 1, None)
         output = np.clip(np.frombuffer(self.outputs, dtype=np.int64)[order], 1, None)
-        return Trace(name, arrival, prompt, output)
+        prefix = None
+        if len(self.block_ids):
+            counts = np.frombuffer(self.block_counts, dtype=np.int64)
+            offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            as_read = PrefixBlocks(offsets, np.frombuffer(self.block_ids, dtype=np.int64).copy(), block_tokens)
+            prefix = as_read.take(order)
+        return Trace(name, arrival, prompt, output, prefix=prefix)
 
 
 def _parse_time(text: str) -> float:
@@ -145,12 +228,18 @@ def read_mooncake(path: Path) -> Trace:
                 continue
             try:
                 record = json.loads(line)
+                blocks = record.get("hash_ids")
+                if blocks is not None and not isinstance(blocks, list):
+                    raise ValueError("hash_ids is not a list of integers")
                 requests.add(
-                    float(record["timestamp"]) / 1000.0, float(record["input_length"]), float(record["output_length"])
+                    float(record["timestamp"]) / 1000.0,
+                    float(record["input_length"]),
+                    float(record["output_length"]),
+                    blocks,
                 )
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise TraceError(f"{path}:{number}: not a Mooncake request ({exc!r})") from None
-    return requests.trace(path.name)
+    return requests.trace(path.name, MOONCAKE_BLOCK_TOKENS)
 
 
 def sample_lengths(rng: np.random.Generator, count: int, source: Trace | None = None) -> tuple[np.ndarray, np.ndarray]:

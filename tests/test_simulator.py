@@ -318,7 +318,9 @@ def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path) -> None:
     assert code == 0
     data = json.loads(out.read_text())
     assert data["requests"] == 3993 and data["model"]["cold_start_s"] == 60
-    assert data["model"]["prefill_tokens_per_s"] == 20000
+    assert data["model"]["prefill_tokens_per_s"] == 20000 and data["model"]["prefix_caching"] is True
+    # About two thirds of the trace's prompt tokens repeat an earlier prompt's prefix.
+    assert 0.6 < data["prefix_reuse"] < 0.7
     assert png.read_bytes()[:4] == b"\x89PNG"
     _assert_consistent(data)
 
@@ -340,6 +342,9 @@ def _assert_consistent(data: dict[str, Any]) -> None:
         assert r["queue_wait_p99_s"] is None or r["queue_wait_p99_s"] >= 0, name
         if r["slo_attainment"] >= model["slo_target"]:
             assert runs["oracle"]["gpu_hours"] <= r["gpu_hours"], name
+        # No replica's cache holds more than one cache of unbounded size shared by all would.
+        assert ("prefix_cache_hits" in r) == ("prefix_reuse" in data), name
+        assert 0 <= r.get("prefix_cache_hits", 0) <= data.get("prefix_reuse", 0) + 1e-4, name
     static = model["static_best_replicas"]
     if static is not None:
         assert runs["static-best"]["gpu_hours"] == pytest.approx(static * hours, rel=1e-3, abs=1e-4)
