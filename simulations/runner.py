@@ -298,7 +298,7 @@ def run(
     ttft = (fleet.first_token - fleet.arrival)[served]
     waited = ~np.isnan(fleet.admitted)
     completed = int((~np.isnan(fleet.finished)).sum())
-    hits = None if fleet.prefix is None else 1.0 - float(fleet.computed.sum() / fleet.prompt.sum())
+    hits = None if trace.prefix is None else 1.0 - float(fleet.computed.sum() / fleet.prompt.sum())
     return RunResult(
         policy=contender.name,
         gpu_hours=gpu_seconds_at_end * model.gpus_per_replica / 3600.0,

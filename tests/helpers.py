@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from policies.spec import Behavior, ResolvedBehavior, ScalingPolicy, ScalingRules
 
 
@@ -36,3 +38,29 @@ def workload_doc(**overrides: Any) -> dict[str, Any]:
     }
     workload.update(overrides)
     return {"interval": 15, "workloads": [workload]}
+
+
+def assert_report_consistent(data: dict[str, Any]) -> None:
+    """What any report must hold whatever the trace: every request accounted for, fleets within bounds, GPU
+    time at least the smallest fleet's, static-best costing its size, the oracle under every run that meets."""
+    model, n = data["model"], data["requests"]
+    hours = data["duration_s"] * model["gpus_per_replica"] / 3600
+    runs = {r["policy"]: r for r in data["results"]}
+    assert set(runs) >= {"keda-avg", "keda-sum", "static-best", "oracle"}
+    for name, r in runs.items():
+        if name == "oracle":
+            continue
+        assert r["completed_requests"] + r["dropped_requests"] == n, name
+        assert 0 <= r["slo_attainment"] <= 1 - r["dropped_requests"] / n + 1e-9, name
+        assert model["min_replicas"] <= r["max_replicas"] <= model["max_replicas"], name
+        assert r["gpu_hours"] >= model["min_replicas"] * hours - 5e-5, name  # the report rounds to 4 decimals
+        assert r["queue_wait_p99_s"] is None or r["queue_wait_p99_s"] >= 0, name
+        if r["slo_attainment"] >= model["slo_target"]:
+            assert runs["oracle"]["gpu_hours"] <= r["gpu_hours"], name
+        # No replica's cache holds more than one cache of unbounded size shared by all would.
+        assert ("prefix_cache_hits" in r) == ("prefix_reuse" in data), name
+        assert 0 <= r.get("prefix_cache_hits", 0) <= data.get("prefix_reuse", 0) + 1e-4, name
+    static = model["static_best_replicas"]
+    if static is not None:
+        assert runs["static-best"]["gpu_hours"] == pytest.approx(static * hours, rel=1e-3, abs=1e-4)
+        assert runs["static-best"]["slo_attainment"] >= model["slo_target"]

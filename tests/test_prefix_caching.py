@@ -14,6 +14,7 @@ from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, oracle_bound, run
 from simulations.sizing import LoadTest
 from simulations.traces import PrefixBlocks, Trace, TraceError, load_trace
+from tests.helpers import assert_report_consistent
 
 BLOCK = 512
 # A replica that prefills a tenant's requests (2,048 tokens of their own, 3,072 of its prefix) within the
@@ -211,3 +212,10 @@ def test_the_report_says_how_much_the_caches_held(tmp_path: Path) -> None:
     assert data["prefix_reuse"] == pytest.approx(0.75 - 10 * 6 / (600 * 8), abs=1e-4)  # less each first prefix
     hits = {r["policy"]: r["prefix_cache_hits"] for r in data["results"] if r["policy"] != "oracle"}
     assert all(0.3 < h <= data["prefix_reuse"] for h in hits.values()), hits
+    assert_report_consistent(data)
+    # Without caching the trace reuses as much, and the replicas hold none of it.
+    assert main([*args, "--replica", "kv_cache_tokens=200000", "--replica", "prefix_caching=0"]) == 0
+    data = json.loads(out.read_text())
+    assert data["prefix_reuse"] == pytest.approx(0.7375, abs=1e-4) and data["model"]["prefix_caching"] is False
+    assert {r.get("prefix_cache_hits") for r in data["results"] if r["policy"] != "oracle"} == {0.0}
+    assert_report_consistent(data)

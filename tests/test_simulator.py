@@ -25,6 +25,7 @@ from simulations.runner import (
     slo_met,
 )
 from simulations.traces import Trace, TraceError, load_trace, synthetic_day
+from tests.helpers import assert_report_consistent
 
 
 def _poisson(rate: float, n: int, prompt: int, output: int, seed: int = 1) -> Trace:
@@ -322,33 +323,7 @@ def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path) -> None:
     # About two thirds of the trace's prompt tokens repeat an earlier prompt's prefix.
     assert 0.6 < data["prefix_reuse"] < 0.7
     assert png.read_bytes()[:4] == b"\x89PNG"
-    _assert_consistent(data)
-
-
-def _assert_consistent(data: dict[str, Any]) -> None:
-    """What any report must hold whatever the trace: every request accounted for, fleets within bounds, GPU
-    time at least the smallest fleet's, static-best costing its size, the oracle under every run that meets."""
-    model, n = data["model"], data["requests"]
-    hours = data["duration_s"] * model["gpus_per_replica"] / 3600
-    runs = {r["policy"]: r for r in data["results"]}
-    assert set(runs) >= {"keda-avg", "keda-sum", "static-best", "oracle"}
-    for name, r in runs.items():
-        if name == "oracle":
-            continue
-        assert r["completed_requests"] + r["dropped_requests"] == n, name
-        assert 0 <= r["slo_attainment"] <= 1 - r["dropped_requests"] / n + 1e-9, name
-        assert model["min_replicas"] <= r["max_replicas"] <= model["max_replicas"], name
-        assert r["gpu_hours"] >= model["min_replicas"] * hours - 1e-6, name
-        assert r["queue_wait_p99_s"] is None or r["queue_wait_p99_s"] >= 0, name
-        if r["slo_attainment"] >= model["slo_target"]:
-            assert runs["oracle"]["gpu_hours"] <= r["gpu_hours"], name
-        # No replica's cache holds more than one cache of unbounded size shared by all would.
-        assert ("prefix_cache_hits" in r) == ("prefix_reuse" in data), name
-        assert 0 <= r.get("prefix_cache_hits", 0) <= data.get("prefix_reuse", 0) + 1e-4, name
-    static = model["static_best_replicas"]
-    if static is not None:
-        assert runs["static-best"]["gpu_hours"] == pytest.approx(static * hours, rel=1e-3, abs=1e-4)
-        assert runs["static-best"]["slo_attainment"] >= model["slo_target"]
+    assert_report_consistent(data)
 
 
 def test_simulate_rejects_a_metric_it_cannot_provide(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -513,7 +488,7 @@ def test_a_report_on_a_few_requests_is_consistent(tmp_path: Path, capsys: pytest
     out = tmp_path / "r.json"
     assert main(["simulate", "--trace", str(short), "--policy", "predictive", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
-    _assert_consistent(data)
+    assert_report_consistent(data)
     assert data["model"]["static_best_replicas"] == 2
     single = tmp_path / "single.csv"
     single.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,m,100,10,110,x\n")
