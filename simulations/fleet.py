@@ -29,6 +29,10 @@ from simulations.traces import Trace
 
 TTFT_WINDOW_S = 60.0
 RATE_WINDOW_S = 60.0
+# Prefix-aware routing weighs a replica's cached prefix only against replicas this close to the least
+# busy, in waiting requests: the load guard of cache-aware routers (SGLang's balances load first when
+# queues differ by more than a threshold), here the built-in workload's backlog target of two a replica.
+PREFIX_ROUTING_SLACK = 2
 
 
 def quantile_of_few(values: list[float], q: float) -> float:
@@ -40,6 +44,14 @@ def quantile_of_few(values: list[float], q: float) -> float:
     low, high = ordered[below], ordered[min(below + 1, len(ordered) - 1)]
     gamma, rise = position - below, high - low
     return high - rise * (1 - gamma) if gamma >= 0.5 else low + rise * gamma
+
+
+def _held(cache: OrderedDict[int, None], keys: list[int]) -> int:
+    """How many of a prompt's first blocks (``keys``, in order) ``cache`` holds."""
+    hit = 0
+    while hit < len(keys) and keys[hit] in cache:
+        hit += 1
+    return hit
 
 
 def group_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -259,12 +271,37 @@ class Fleet:
                 candidates[self.round_robin % len(candidates)].waiting.append(req)
                 self.round_robin += 1
             return
+        if self.model.routing == "prefix-aware" and self.prefix is not None:
+            self._route_by_prefix(reqs, candidates)
+            return
         heap = [(len(r.waiting), r.kv_reserved, r.running, i) for i, r in enumerate(candidates)]
         heapq.heapify(heap)
         for req in reqs:
             waiting, kv, running, i = heap[0]
             candidates[i].waiting.append(req)
             heapq.heapreplace(heap, (waiting + 1, kv, running, i))
+
+    def _route_by_prefix(self, reqs: list[int], candidates: list[Replica]) -> None:
+        """Prefix-aware routing: each request goes to the replica that holds the longest prefix of its
+        prompt, among those with at most ``PREFIX_ROUTING_SLACK`` more waiting than the least (so that a
+        popular prefix cannot pile its requests onto one replica); ties go as in least-waiting routing."""
+        assert self.prefix is not None
+        waiting = [len(r.waiting) for r in candidates]
+        for req in reqs:
+            keys = self.prefix.keys(req)
+            within = min(waiting) + PREFIX_ROUTING_SLACK
+            best = min(
+                (i for i in range(len(candidates)) if waiting[i] <= within),
+                key=lambda i: (
+                    -_held(candidates[i].blocks, keys),
+                    waiting[i],
+                    candidates[i].kv_reserved,
+                    candidates[i].running,
+                    i,
+                ),
+            )
+            candidates[best].waiting.append(req)
+            waiting[best] += 1
 
     def _admit(self, now: float) -> None:
         cap, max_seqs, footprint = self.model.kv_cache_tokens, self.model.max_num_seqs, self.footprint
@@ -309,9 +346,7 @@ class Fleet:
         assert self.prefix is not None
         keys = self.prefix.keys(req)
         cache = replica.blocks
-        hit = 0
-        while hit < len(keys) and keys[hit] in cache:
-            hit += 1
+        hit = _held(cache, keys)
         for key in reversed(keys):
             cache[key] = None
             cache.move_to_end(key)
@@ -413,8 +448,11 @@ class Fleet:
         done_p = left_p <= 1e-9
         if done_p.any():
             done = idx_p[done_p]
-            at = np.maximum(now + np.minimum(finish_frac[done_p], 1.0) * dt, self.r_start[done])
             reqs = self.r_req[done]
+            at = np.maximum(
+                now + np.minimum(finish_frac[done_p], 1.0) * dt,
+                self.r_start[done] + model.idle_prefill_s(self.computed[reqs]),
+            )
             self.first_token[reqs] = at
             order = np.argsort(at)
             self.ttft_at.extend(at[order].tolist())
@@ -452,8 +490,8 @@ class Fleet:
         self.r_pre[i] = left
         finished = np.zeros(len(self.r_pre), dtype=bool)
         if left <= 1e-9:
-            at = max(now + min(finish_frac, 1.0) * dt, start)
             req = int(self.r_req[i])
+            at = max(now + min(finish_frac, 1.0) * dt, start + float(model.idle_prefill_s(self.computed[req])))
             self.first_token[req] = at
             self.ttft_at.append(at)
             self.ttft_value.append(at - float(self.arrival[req]))

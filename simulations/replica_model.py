@@ -49,7 +49,7 @@ class ReplicaModel(StrictModel):
     cold_start_s: float = Field(default=300.0, ge=0)
     scrape_interval_s: float = Field(default=15.0, gt=0)
     staleness_s: float = Field(default=300.0, gt=0)
-    routing: Literal["least-waiting", "round-robin"] = "least-waiting"
+    routing: Literal["least-waiting", "round-robin", "prefix-aware"] = "least-waiting"
     prefix_caching: bool = True
     drain: bool = True
     drain_timeout_s: float = Field(default=300.0, ge=0)

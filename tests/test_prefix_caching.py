@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulations.fleet import Fleet
+from simulations.fleet import PREFIX_ROUTING_SLACK, Fleet
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, oracle_bound, run
 from simulations.sizing import LoadTest
@@ -219,3 +219,45 @@ def test_the_report_says_how_much_the_caches_held(tmp_path: Path) -> None:
     assert data["prefix_reuse"] == pytest.approx(0.7375, abs=1e-4) and data["model"]["prefix_caching"] is False
     assert {r.get("prefix_cache_hits") for r in data["results"] if r["policy"] != "oracle"} == {0.0}
     assert_report_consistent(data)
+
+
+def test_prefix_aware_routing_sends_a_prompt_where_its_prefix_is() -> None:
+    """Two requests at once spread over two replicas; a third that continues the second's prompt goes to
+    the second's replica with prefix-aware routing, to the first (a tie, broken by index) without."""
+    trace = _trace([0.0, 0.0, 30.0], [[1, 2], [3, 4], [3, 4, 5]])
+    blind = _served(trace, ReplicaModel(), replicas=2)
+    aware = _served(trace, ReplicaModel(routing="prefix-aware"), replicas=2)
+    assert blind.computed.tolist() == [1024, 1024, 1536]
+    assert aware.computed.tolist() == [1024, 1024, 512]
+
+
+def test_prefix_aware_routing_gives_way_to_load() -> None:
+    """One sequence a replica, both busy: the replica holding the prefix takes its requests until it has
+    ``PREFIX_ROUTING_SLACK`` more waiting than the other, which then takes the next."""
+    prompts = [[1], [3, 4], [3, 4, 10], [3, 4, 11], [3, 4, 12], [3, 4, 13]]
+    trace = _trace([0.0, 0.0, 10.0, 10.0, 10.0, 10.0], prompts, output=10_000)
+    fleet = Fleet(ReplicaModel(routing="prefix-aware", max_num_seqs=1), trace, 2)
+    for second in range(12):
+        fleet.step(float(second))
+    assert PREFIX_ROUTING_SLACK == 2
+    assert [list(r.waiting) for r in fleet.replicas] == [[5], [2, 3, 4]]
+
+
+def test_prefix_aware_routing_without_blocks_is_least_waiting() -> None:
+    rng = np.random.default_rng(4)
+    arrivals = np.cumsum(rng.exponential(0.5, 400))
+    trace = Trace("t", arrivals - arrivals[0], rng.integers(100, 3000, 400), rng.integers(1, 400, 400))
+    runs = [_served(trace, ReplicaModel(routing=routing), replicas=3) for routing in ("least-waiting", "prefix-aware")]
+    assert np.array_equal(runs[0].first_token, runs[1].first_token)
+
+
+@pytest.mark.parametrize("routing", ["least-waiting", "prefix-aware"])
+def test_no_first_token_comes_sooner_than_its_prefill_allows(routing: str) -> None:
+    """Even a prompt that arrives inside a step and is held but for a few tokens waits for those tokens'
+    prefill on an idle replica."""
+    trace = _tenants(n=400)
+    model = FAST.model_copy(update={"routing": routing})
+    fleet = _served(trace, model, replicas=2)
+    ttft = fleet.first_token - fleet.arrival
+    assert (ttft >= model.idle_prefill_s(fleet.computed) - 1e-9).all()
+    assert (fleet.computed < fleet.prompt).mean() > 0.5
