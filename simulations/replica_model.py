@@ -23,6 +23,10 @@ batch or beside a long prefill, and a replica's prefill and decode share its tim
   prefills only what follows the longest prefix it holds. It matters only for traces that record their
   prompts' prefix blocks (Mooncake's ``hash_ids``); with ``prefix_caching=0`` every prompt is prefilled
   in full.
+* ``routing`` least-waiting, the design article's router (the fewest waiting requests, then the least KV
+  cache reserved); or round-robin; or prefix-aware, a cache-aware router such as llm-d's or SGLang's (the
+  replica holding the longest prefix of the prompt, among those within two waiting requests of the least
+  busy; least-waiting for a trace without prefix blocks).
 * ``gpus_per_replica`` 4, so ``gpu_hours`` = replica-hours x 4.
 * scrape every 15 s, staleness 300 s (Prometheus's default lookback); a removed replica drains (vLLM
   ``--shutdown-timeout`` with a matching ``terminationGracePeriodSeconds`` of 300 s) unless ``drain`` is 0.
