@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from policies.spec import Behavior, ResolvedBehavior, ScalingPolicy, ScalingRules
+from simulations.fleet import Fleet
 
 
 def rules(
@@ -38,6 +39,14 @@ def workload_doc(**overrides: Any) -> dict[str, Any]:
     }
     workload.update(overrides)
     return {"interval": 15, "workloads": [workload]}
+
+
+def drain(fleet: Fleet) -> None:
+    """Step ``fleet`` from time 0 until every request of its trace has arrived and left."""
+    now = 0.0
+    while not fleet.done or now < fleet.trace.arrival_s[-1]:
+        fleet.step(now)
+        now += fleet.model.step_s
 
 
 def assert_report_consistent(data: dict[str, Any]) -> None:

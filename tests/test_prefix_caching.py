@@ -14,7 +14,7 @@ from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, oracle_bound, run
 from simulations.sizing import LoadTest
 from simulations.traces import PrefixBlocks, Trace, TraceError, load_trace
-from tests.helpers import assert_report_consistent
+from tests.helpers import assert_report_consistent, drain
 
 BLOCK = 512
 # A replica that prefills a tenant's requests (2,048 tokens of their own, 3,072 of its prefix) within the
@@ -42,10 +42,7 @@ def _trace(arrivals: list[float], prompts: list[list[int]], output: int = 4) -> 
 
 def _served(trace: Trace, model: ReplicaModel, replicas: int = 1) -> Fleet:
     fleet = Fleet(model, trace, replicas)
-    now = 0.0
-    while not fleet.done or now <= trace.arrival_s[-1]:
-        fleet.step(now)
-        now += model.step_s
+    drain(fleet)
     return fleet
 
 

@@ -25,20 +25,13 @@ from simulations.runner import (
     slo_met,
 )
 from simulations.traces import Trace, TraceError, load_trace, synthetic_day
-from tests.helpers import assert_report_consistent
+from tests.helpers import assert_report_consistent, drain
 
 
 def _poisson(rate: float, n: int, prompt: int, output: int, seed: int = 1) -> Trace:
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1 / rate, n))
     return Trace("poisson", arrivals - arrivals[0], np.full(n, prompt), np.full(n, output))
-
-
-def _drain(fleet: Fleet) -> None:
-    now = 0.0
-    while not fleet.done or now < fleet.trace.arrival_s[-1]:
-        fleet.step(now)
-        now += fleet.model.step_s
 
 
 def test_processor_sharing_water_fills() -> None:
@@ -54,7 +47,7 @@ def test_a_fixed_replica_matches_processor_sharing_queueing(rate: float, prompt:
     """Prefill-only requests on one replica form an M/D/1 processor-sharing queue: mean sojourn S/(1-rho)."""
     model = ReplicaModel(kv_cache_tokens=1e9)
     fleet = Fleet(model, _poisson(rate, 20_000, prompt, 1), 1)
-    _drain(fleet)
+    drain(fleet)
     service = model.weight_read_s * np.ceil(prompt / model.max_num_batched_tokens) + prompt / model.prefill_tokens_per_s
     expected = service / (1 - rate * service)
     assert float(np.nanmean(fleet.first_token - fleet.arrival)) == pytest.approx(expected, rel=0.10)
@@ -158,7 +151,7 @@ def test_a_run_counts_what_it_did_not_complete_as_dropped() -> None:
 def test_a_lone_request_takes_its_own_prefill() -> None:
     model = ReplicaModel()
     fleet = Fleet(model, Trace("one", np.array([0.0, 100.5]), np.array([10, 4000]), np.array([1, 10])), 1)
-    _drain(fleet)
+    drain(fleet)
     assert fleet.first_token[1] - fleet.arrival[1] == pytest.approx(model.idle_prefill_s(np.array(4000.0)), abs=1e-6)
     assert fleet.admitted[1] == fleet.arrival[1]  # it arrived inside a step, to an idle replica: no wait
 
@@ -168,7 +161,7 @@ def test_a_prompt_longer_than_the_slo_alone_on_an_idle_replica_meets_it() -> Non
     which no policy can remove and so the SLO must not count."""
     model = ReplicaModel()
     fleet = Fleet(model, Trace("long", np.array([0.0, 1.0]), np.array([100_000, 10]), np.array([1, 1])), 2)
-    _drain(fleet)
+    drain(fleet)
     assert fleet.first_token[0] - 100_000 / model.prefill_tokens_per_s > 2.0
     assert slo_met(fleet, 2.0).all()
 
@@ -659,7 +652,7 @@ def test_the_light_load_shortcuts_step_exactly_as_the_general_step(monkeypatch: 
 
     def figures() -> list[Any]:
         fleet = Fleet(model, trace, 3)
-        _drain(fleet)
+        drain(fleet)
         return [
             fleet.first_token.tolist(),
             fleet.finished.tolist(),
