@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulations.replica_model import ReplicaModel
-from simulations.traces import Trace
+from simulations.traces import Trace, held_prefix
 
 TTFT_WINDOW_S = 60.0
 RATE_WINDOW_S = 60.0
@@ -44,14 +44,6 @@ def quantile_of_few(values: list[float], q: float) -> float:
     low, high = ordered[below], ordered[min(below + 1, len(ordered) - 1)]
     gamma, rise = position - below, high - low
     return high - rise * (1 - gamma) if gamma >= 0.5 else low + rise * gamma
-
-
-def _held(cache: OrderedDict[int, None], keys: list[int]) -> int:
-    """How many of a prompt's first blocks (``keys``, in order) ``cache`` holds."""
-    hit = 0
-    while hit < len(keys) and keys[hit] in cache:
-        hit += 1
-    return hit
 
 
 def group_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -293,7 +285,7 @@ class Fleet:
             best = min(
                 (i for i in range(len(candidates)) if waiting[i] <= within),
                 key=lambda i: (
-                    -_held(candidates[i].blocks, keys),
+                    -held_prefix(candidates[i].blocks, keys),
                     waiting[i],
                     candidates[i].kv_reserved,
                     candidates[i].running,
@@ -346,7 +338,7 @@ class Fleet:
         assert self.prefix is not None
         keys = self.prefix.keys(req)
         cache = replica.blocks
-        hit = _held(cache, keys)
+        hit = held_prefix(cache, keys)
         for key in reversed(keys):
             cache[key] = None
             cache.move_to_end(key)

@@ -52,8 +52,8 @@ def report(comparison: Comparison, extra_model: dict[str, Any]) -> dict[str, Any
     }
     if c.trace.prefix is not None:
         # What one cache of unbounded size, shared by the fleet, would hold: the most any routing can reach.
-        prompt = c.trace.prompt_tokens.astype(float)
-        data["prefix_reuse"] = round(1.0 - float(c.trace.prefix.least_prefill(prompt).sum() / prompt.sum()), 4)
+        least = float(c.trace.least_prefill_tokens.sum())
+        data["prefix_reuse"] = round(1.0 - least / float(c.trace.prompt_tokens.sum()), 4)
     return data
 
 

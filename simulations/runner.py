@@ -364,7 +364,7 @@ def oracle_bound(
     meets the SLO for it has done so by then.
     """
     arrival, prompt, output = trace.arrival_s, trace.prompt_tokens.astype(float), trace.output_tokens.astype(float)
-    computed = trace.prefix.least_prefill(prompt) if trace.prefix is not None and model.prefix_caching else prompt
+    computed = trace.least_prefill_tokens if model.prefix_caching else prompt
     prefill_s = computed / model.prefill_tokens_per_s
     end = float(arrival[-1])
     count = max(1, math.ceil(end / window_s))

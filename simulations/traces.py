@@ -10,9 +10,10 @@ import csv
 import json
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,21 @@ class TraceError(ValueError):
     """A trace that cannot be read; the message names the file and line."""
 
 
+def held_prefix(cache: Container[int], keys: list[int]) -> int:
+    """How many of a prompt's first blocks (``keys``, in order, ``PrefixBlocks.keys``) ``cache`` holds."""
+    hit = 0
+    while hit < len(keys) and keys[hit] in cache:
+        hit += 1
+    return hit
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """Where each request's blocks start in the flat array, and one past the last."""
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
+
+
 @dataclass(frozen=True)
 class PrefixBlocks:
     """The prompts' prefix blocks, as Mooncake records them: request ``i``'s prompt is the blocks
@@ -47,8 +63,7 @@ class PrefixBlocks:
     def take(self, index: np.ndarray) -> PrefixBlocks:
         """The blocks of the requests ``index``, in that order."""
         counts = np.diff(self.offsets)[index]
-        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
+        offsets = _offsets(counts)
         starts = self.offsets[:-1][index]
         within = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], counts)
         return PrefixBlocks(offsets, self.ids[np.repeat(starts, counts) + within], self.block_tokens)
@@ -90,9 +105,7 @@ class PrefixBlocks:
         cached = np.zeros(len(prompt))
         for i in range(len(prompt)):
             keys = self.keys(i)
-            hit = 0
-            while hit < len(keys) and keys[hit] in seen:
-                hit += 1
+            hit = held_prefix(seen, keys)
             seen.update(keys[hit:])
             cached[i] = hit * self.block_tokens
         computed: np.ndarray = np.minimum(np.clip(prompt - cached, 1.0, None), prompt)
@@ -122,6 +135,13 @@ class Trace:
     @property
     def duration_s(self) -> float:
         return float(self.arrival_s[-1] - self.arrival_s[0])
+
+    @cached_property
+    def least_prefill_tokens(self) -> np.ndarray:
+        """Each request's prompt tokens that no prefix cache can spare it (``PrefixBlocks.least_prefill``);
+        all of them without prefix blocks. Worked out once: the oracle and the report both need it."""
+        prompt = self.prompt_tokens.astype(float)
+        return self.prefix.least_prefill(prompt) if self.prefix is not None else prompt
 
     def scaled(self, time_scale: float) -> Trace:
         """``time_scale`` 2 replays the trace twice as fast."""
@@ -165,9 +185,7 @@ class _Requests:
         prefix = None
         if len(self.block_ids):
             counts = np.frombuffer(self.block_counts, dtype=np.int64)
-            offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-            np.cumsum(counts, out=offsets[1:])
-            as_read = PrefixBlocks(offsets, np.frombuffer(self.block_ids, dtype=np.int64).copy(), block_tokens)
+            as_read = PrefixBlocks(_offsets(counts), np.frombuffer(self.block_ids, dtype=np.int64).copy(), block_tokens)
             prefix = as_read.take(order)
         return Trace(name, arrival, prompt, output, prefix=prefix)
 
