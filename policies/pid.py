@@ -10,13 +10,20 @@ It runs in *velocity form*: each tick moves the replica count by a fraction of i
     u = current * (1 + kp * (e - e_prev) + ki * e * dt + kd * (d - d_prev) / dt / current)
 
 with ``d`` the change of demand since the previous tick (derivative on the measurement, not on the
-error, so a setpoint change does not kick), and ``dt`` the real time since the previous tick. The
-integral is the replica count itself, read back every tick from the cluster, so the controller cannot
-wind up past what was actually applied: anti-windup is built in. On top of that, integration stops while
-the fleet is pinned at a bound and the error pushes further out, and a gap in the ticks (a missed scrape,
-a restart) counts as at most four intervals. With ``kp = kd = 0`` and ``ki = 1 / interval``, one tick
-lands on ``ceil(demand)``, the HPA's proposal: lower ``ki`` is slower and smoother, ``kp`` reacts to the
-error's change, ``kd`` to the load's acceleration.
+error, so a setpoint change does not kick), and ``dt`` the real time since the previous tick. With
+``kp = kd = 0`` and ``ki = 1 / interval``, one tick lands on ``ceil(demand)``, the HPA's proposal: lower
+``ki`` is slower and smoother, ``kp`` reacts to the error's change, ``kd`` to the load's acceleration.
+
+``current`` is the controller's own output, unrounded, while the cluster runs what it proposed: a
+replica count is whole, and a controller that starts each tick from the whole count loses every move
+smaller than a replica downward (``ceil`` keeps it) and turns every one upward into a whole replica.
+Measured on a day at 0.14 requests/s pinned at two replicas: the proportional term's noise alone took it
+to three 260 times (521 scale events, 47 % more GPU-hours than holding two). When the cluster runs
+another count (the behavior's windows and rate limits, the bounds, a person), the controller starts
+again from it, so it cannot wind up past what was applied; integration also stops while the fleet is
+pinned at a bound and the error pushes further out, and a gap in the ticks (a missed scrape, a restart)
+counts as at most four intervals. An output within ``tolerance`` of the current count keeps it, as in
+the HPA.
 
 Other metrics of the workload are floors: their HPA proposals (``threshold`` rule) are taken when larger,
 so a KV cache near saturation is never ignored, and the HPA's missing-metric rule applies to the set.
@@ -55,6 +62,8 @@ class PIDState:
     last_demand: float = 0.0
     last_demand_change: float = 0.0
     integral: float = 0.0
+    output: float | None = None  # the last output, unrounded
+    proposed: int | None = None  # and the count it proposed
 
 
 class PIDPolicy:
@@ -74,8 +83,9 @@ class PIDPolicy:
 
     def _step(self, observation: Observation, value: float) -> tuple[int, float]:
         p, s, current = self.params, self.state, observation.current_replicas
+        base = s.output if s.output is not None and s.proposed == current else float(current)
         demand = demand_in_replicas(self.primary, value, observation.capacity_basis, p.setpoint)
-        error = demand / current - 1.0
+        error = demand / base - 1.0
         if self.tolerance.within(demand / current):
             error = 0.0
         if s.last_at is None:
@@ -88,12 +98,16 @@ class PIDPolicy:
             last_error, demand_change, last_change = s.last_error, demand - s.last_demand, s.last_demand_change
         pinned = (current >= self.ctx.max_replicas and error > 0) or (current <= self.ctx.min_replicas and error < 0)
         integral_step = 0.0 if pinned else p.ki * error * dt
-        step = p.kp * (error - last_error) + integral_step + p.kd * (demand_change - last_change) / dt / current
+        step = p.kp * (error - last_error) + integral_step + p.kd * (demand_change - last_change) / dt / base
         s.last_at, s.last_error, s.last_demand, s.last_demand_change = observation.now, error, demand, demand_change
         s.integral += integral_step
-        output = current * (1.0 + step)
-        # A step that rounds to nothing keeps the count: 1e-9 absorbs float noise in `current * 1.0`.
-        return max(0, math.ceil(output - 1e-9)), error
+        output = max(0.0, base * (1.0 + step))
+        if self.tolerance.within(output / current):
+            replicas = current
+        else:
+            replicas = max(0, math.ceil(output - 1e-9))  # 1e-9 absorbs float noise in a whole output
+        s.output, s.proposed = output, replicas
+        return replicas, error
 
     def recommend(self, observation: Observation) -> Proposal:
         current = observation.current_replicas

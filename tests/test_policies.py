@@ -168,6 +168,27 @@ def test_pid_does_not_integrate_against_a_bound() -> None:
     assert decider.policy.state.integral == 0.0
 
 
+@pytest.mark.parametrize(
+    ("name", "policy", "min_replicas", "start", "series", "expected_last", "most"),
+    [
+        # 3 waiting against a target of 2 needs 1.5 replicas; an integral of a quarter of the error a tick
+        # moves 3 replicas by less than one, which a count rounded up every tick never leaves.
+        ("moves smaller than a replica add up", {"kp": 0, "ki": 1 / 60}, 1, 3, [3.0] * 12, 2, 3),
+        # Pinned at the lower bound by a far smaller load, the proportional term's noise (the error moving
+        # between -0.95 and -0.75) must not buy a replica each time it rises.
+        ("noise at the lower bound", {}, 2, 2, [0.2, 1.0, 0.4, 0.9, 0.1, 1.0, 0.3, 0.8] * 4, 2, 2),
+        ("noise above the lower bound", {}, 1, 6, [10.0, 13.0, 11.0, 12.5, 10.5, 12.0] * 5, 6, 6),
+    ],
+)
+def test_pid_output_is_not_rounded_between_ticks(
+    name: str, policy: dict[str, float], min_replicas: int, start: int, series: list[float], expected_last: int, most: int
+) -> None:
+    decider = _decider(minReplicas=min_replicas, maxReplicas=50, behavior=FREE, policy={"type": "pid", **policy})
+    counts = _run(decider, series, start)
+    assert counts[-1] == expected_last
+    assert max(counts) <= most
+
+
 def test_pid_state_is_deterministic() -> None:
     series = [3, 9, 20, 31, 12, 5, 0, 17]
     runs = [_run(_decider(maxReplicas=50, policy={"type": "pid", "kd": 30.0}), series, 2) for _ in range(2)]
