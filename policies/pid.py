@@ -120,6 +120,7 @@ class PIDPolicy:
                 missing.append(spec.name)
             elif spec is self.primary:
                 proposals[spec.name], details["error"] = self._step(observation, value)
+                details["output"] = self.state.output
             else:
                 proposals[spec.name] = metric_proposal(
                     spec, value, current, observation.capacity_basis, self.tolerance
