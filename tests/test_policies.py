@@ -181,7 +181,13 @@ def test_pid_does_not_integrate_against_a_bound() -> None:
     ],
 )
 def test_pid_output_is_not_rounded_between_ticks(
-    name: str, policy: dict[str, float], min_replicas: int, start: int, series: list[float], expected_last: int, most: int
+    name: str,
+    policy: dict[str, float],
+    min_replicas: int,
+    start: int,
+    series: list[float],
+    expected_last: int,
+    most: int,
 ) -> None:
     decider = _decider(minReplicas=min_replicas, maxReplicas=50, behavior=FREE, policy={"type": "pid", **policy})
     counts = _run(decider, series, start)
