@@ -147,6 +147,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         REFERENCE_SLO_TTFT_S,
         Shares,
         builtin_shares,
+        headroom_scale,
         load_test_needed,
         tighter_than_reference,
     )
@@ -196,11 +197,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     f"size for the built-in request lengths at {reference}",
                     file=sys.stderr,
                 )
-            document = builtin_policy(model, trace, shares.slo, shares.mix)
+            scale = headroom_scale(args.slo_target)
+            if scale != 1.0:
+                print(
+                    f"vllm-autoscaler: note: the built-in workload holds {scale:.2f} of predictive's default "
+                    f"headroom for a target of {reporting.percent(args.slo_target)} (simulations/sizing.py)",
+                    file=sys.stderr,
+                )
+            document = builtin_policy(model, trace, shares.slo, shares.mix, scale)
             sizing["builtin_target_shares"] = {
                 "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
                 "num_requests_running": round(shares.slo, 4),
             }
+            sizing["builtin_headroom_scale"] = round(scale, 4)
         workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)

@@ -57,6 +57,12 @@ class PredictiveParams(StrictModel):
     max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0)
 
 
+def default_headroom(horizon: float) -> float:
+    """The headroom when none is configured, for a horizon of ``horizon`` seconds
+    (``PredictivePolicy.headroom`` says why)."""
+    return DEFAULT_HEADROOM * math.sqrt(max(horizon, SHORTEST_HORIZON_S) / REFERENCE_HORIZON_S)
+
+
 @dataclass
 class TrendState:
     """The demand samples of the last ``window`` seconds."""
@@ -137,7 +143,7 @@ class PredictivePolicy:
         60 s missed it (0.35: 0.989), and in proportion to the horizon so did the built-in day."""
         if self.params.headroom is not None:
             return self.params.headroom
-        return DEFAULT_HEADROOM * math.sqrt(max(self.horizon, SHORTEST_HORIZON_S) / REFERENCE_HORIZON_S)
+        return default_headroom(self.horizon)
 
     def resolved(self) -> dict[str, float]:
         """The settings this policy runs with, its defaults worked out (they follow the cold start)."""

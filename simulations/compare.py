@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.policy_file import PolicyFile, Workload, parse_policy_document
-from policies.predictive import PredictiveParams
+from policies.predictive import PredictiveParams, default_headroom
 from simulations.replica_model import ReplicaModel
 from simulations.runner import (
     Contender,
@@ -43,10 +43,15 @@ from simulations.traces import Trace
 
 PROMPT_TOKENS_SHARE = 0.5
 RUNNING_SHARE = 0.5
+BUILTIN_INTERVAL_S = 15
 
 
 def builtin_document(
-    model: ReplicaModel, trace: Trace | None = None, share: float = 1.0, prompt_share: float = 1.0
+    model: ReplicaModel,
+    trace: Trace | None = None,
+    share: float = 1.0,
+    prompt_share: float = 1.0,
+    headroom_scale: float = 1.0,
 ) -> dict[str, Any]:
     """The built-in workload, its targets sized for ``model``'s replica, the trace's requests and the SLO,
     as a user would size them for their own.
@@ -65,18 +70,25 @@ def builtin_document(
 
     No KV-cache metric: the built-in one is the busiest replica's usage, and one long prompt fills a
     replica's cache whatever the fleet's load, so as a ``Value`` target it grows with the fleet it sizes.
+
+    The policy is ``predictive`` with its default headroom for the cold start, times ``headroom_scale``
+    for an SLO target other than 99 % (``sizing.headroom_scale``); at 1 the file leaves it to the policy.
     """
     # Without a trace, about the mean request of the Azure conversation trace (1,155 + 211 tokens).
     footprint = float(np.mean(trace.prompt_tokens) + np.mean(trace.output_tokens)) if trace is not None else 1_400.0
     holds = model.sequences_held(footprint)
+    cold_start = max(1, round(model.cold_start_s))
+    policy: dict[str, Any] = {"type": "predictive"}
+    if headroom_scale != 1.0:
+        policy["headroom"] = round(default_headroom(cold_start + BUILTIN_INTERVAL_S) * headroom_scale, 4)
     return {
-        "interval": 15,
+        "interval": BUILTIN_INTERVAL_S,
         "workloads": [
             {
                 "target": {"kind": "Deployment", "namespace": "llm-serving", "name": "vllm-llama3-70b"},
                 "minReplicas": 2,
                 "maxReplicas": 32,
-                "coldStartSeconds": max(1, round(model.cold_start_s)),
+                "coldStartSeconds": cold_start,
                 "metrics": [
                     {
                         "name": "prompt_tokens_per_second",
@@ -91,7 +103,7 @@ def builtin_document(
                     },
                     {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
                 ],
-                "policy": {"type": "predictive"},
+                "policy": policy,
             }
         ],
     }
@@ -109,11 +121,17 @@ ARTICLE_BEHAVIOR = {
 
 
 def builtin_policy(
-    model: ReplicaModel | None = None, trace: Trace | None = None, share: float = 1.0, prompt_share: float = 1.0
+    model: ReplicaModel | None = None,
+    trace: Trace | None = None,
+    share: float = 1.0,
+    prompt_share: float = 1.0,
+    headroom_scale: float = 1.0,
 ) -> PolicyFile:
     """The built-in workload for ``model`` and the trace's requests, its targets scaled by ``share`` and
-    ``prompt_share`` (``sizing.builtin_shares``)."""
-    return parse_policy_document(builtin_document(model or ReplicaModel(), trace, share, prompt_share), "<built-in>")
+    ``prompt_share`` (``sizing.builtin_shares``), its headroom by ``headroom_scale``
+    (``sizing.headroom_scale``)."""
+    document = builtin_document(model or ReplicaModel(), trace, share, prompt_share, headroom_scale)
+    return parse_policy_document(document, "<built-in>")
 
 
 def _workload_dict(workload: Workload) -> dict[str, Any]:

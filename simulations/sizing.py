@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -182,6 +183,27 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
         if builtin > 0:
             mix = mix_share(reference * float(np.mean(test.prompts)) / builtin)
     return Shares(slo, mix)
+
+
+MOST_TARGET_FOR_HEADROOM = 0.9999  # a target of 1 has no finite quantile
+
+
+def headroom_scale(slo_target: float) -> float:
+    """How much of the default headroom the built-in workload holds for ``slo_target``: the normal
+    quantile of the target over that of the reference target (99 %), never below 0.
+
+    The headroom absorbs the bursts no replica starts fast enough to meet; the target sets how many of
+    their requests may miss. A higher target leaves fewer to miss, a lower one more, and the rises a
+    headroom must cover are taken as roughly normal. The policy itself does not know the SLO, so this is
+    the built-in workload's, sized as a user would size theirs. Measured (README, "Simulation"): with the
+    99 % headroom, predictive missed the built-in day at 99.5 % (0.994) and at 99.9 % (0.998; 0.998 with a
+    600 s cold start) and a 3-hour ramp at 99.9 % (0.998), where fixed fleets met them; scaled, it meets
+    the three days under static-best's cost and misses the ramp by less (0.9989), and the Azure hour at
+    99.9 % costs more than static-best (117.8 GPU-h against 112.8; 112.3 unscaled). At 95 % and 98 % it
+    meets the SLO wherever it did, for 4 to 9 % less."""
+    quantile = NormalDist().inv_cdf
+    target = min(slo_target, MOST_TARGET_FOR_HEADROOM)
+    return max(0.0, quantile(target)) / quantile(REFERENCE_SLO_TARGET)
 
 
 def builtin_prompt_rate(model: ReplicaModel, slo_ttft: float, slo_target: float) -> float:

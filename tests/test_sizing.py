@@ -11,7 +11,8 @@ import pytest
 
 import simulations.sizing as sizing
 from autoscaler.cli import main
-from simulations.compare import builtin_document
+from policies.predictive import default_headroom
+from simulations.compare import builtin_document, builtin_policy
 from simulations.replica_model import ReplicaModel
 from simulations.sizing import (
     LEAST_SHARE,
@@ -19,6 +20,7 @@ from simulations.sizing import (
     MOST_MIX_RATIO,
     LoadTest,
     builtin_shares,
+    headroom_scale,
     mix_share,
     sustained_rate,
 )
@@ -220,5 +222,54 @@ def test_a_policy_files_targets_are_left_as_written(tmp_path: Path, monkeypatch:
         == 0
     )
     model = json.loads(out.read_text())["model"]
-    assert "builtin_target_shares" not in model
+    assert "builtin_target_shares" not in model and "builtin_headroom_scale" not in model
     assert {m["name"]: m["target"]["value"] for m in model["metrics"]}["prompt_tokens_per_second"] == 500
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (0.99, 1.0),  # the reference: the policy's own default
+        (0.995, 1.1072),
+        (0.999, 1.3284),
+        (0.98, 0.8828),
+        (0.95, 0.7071),
+        (0.5, 0.0),  # half the requests may miss: nothing held for bursts
+        (0.3, 0.0),  # never negative
+        (1.0, 1.5987),  # every request: the quantile of 99.99 %, not an infinite fleet
+    ],
+)
+def test_headroom_scale_is_the_targets_normal_quantile_over_the_references(target: float, expected: float) -> None:
+    assert headroom_scale(target) == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize("cold_start", [60.0, 300.0, 900.0])
+def test_the_builtin_workload_holds_the_scaled_default_headroom(cold_start: float) -> None:
+    model = ReplicaModel(cold_start_s=cold_start)
+    assert "headroom" not in builtin_document(model)["workloads"][0]["policy"]
+    policy = builtin_document(model, headroom_scale=1.5)["workloads"][0]["policy"]
+    assert policy["headroom"] == pytest.approx(1.5 * default_headroom(cold_start + 15), abs=1e-4)
+    # And the policy runs with it.
+    for scale in (1.0, 1.5):
+        document = builtin_policy(model, headroom_scale=scale)
+        resolved = document.decider(document.workloads[0]).policy.resolved()  # type: ignore[attr-defined]
+        assert resolved["headroom"] == pytest.approx(scale * default_headroom(cold_start + 15), abs=1e-4)
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_simulate_scales_the_builtin_headroom_for_the_slo_target(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"2023-11-16 18:{m // 6:02d}:{m % 6 * 10:02d}.0000000,1000,100\n" for m in range(60))
+    )
+    headroom: dict[str, float] = {}
+    for target in ("0.99", "0.999"):
+        out = tmp_path / f"r{target}.json"
+        assert main(["simulate", "--trace", str(trace), "--slo-target", target, "--out", str(out)]) == 0
+        data = json.loads(out.read_text())
+        assert data["model"]["builtin_headroom_scale"] == round(headroom_scale(float(target)), 4)
+        predictive = next(r for r in data["results"] if r["policy"] == "predictive")
+        headroom[target] = predictive["settings"]["headroom"]
+    assert headroom["0.99"] == pytest.approx(0.6)
+    assert headroom["0.999"] == pytest.approx(0.6 * headroom_scale(0.999), abs=1e-4)
