@@ -20,7 +20,9 @@ that takes ``horizon`` seconds (by default ``coldStartSeconds + interval``) to s
 The proposal is ``d * (1 + headroom)``, raised by the part of the trend's growth that the headroom does
 not already cover; so the policy scales out ahead of a ramp but never scales in on a forecast: a scale-in
 needs the present demand to allow it. A negative headroom runs replicas hotter than the metrics' targets.
-A proposal within ``tolerance`` of the current count keeps it, as in the HPA.
+A proposal within ``tolerance`` of the current count keeps it, as in the HPA, and so does a need less than
+half a replica above it (``LEAST_RISE_REPLICAS``) unless the tolerance upward is 0: a small fleet would
+otherwise add a replica, and hold it for the scale-down window, on every flicker of a light load's signals.
 
 Measured on recorded traces (README, "Simulation"): minute-level LLM load mostly wanders and steps, so
 the SLO is decided by headroom, and a trend is worth extrapolating only on sustained ramps.
@@ -44,6 +46,9 @@ SIGNIFICANCE = 3.0
 DEFAULT_HEADROOM = 0.6
 REFERENCE_HORIZON_S = 315.0  # the default cold start (300 s) and interval (15 s)
 SHORTEST_HORIZON_S = 150.0  # below it, the one-minute signals' own noise, not the drift, sets the headroom
+# A rise of less than this keeps the count, besides the tolerance: at two to four replicas the 10 % band is
+# finer than one replica, and at a light load the one-minute signals' noise crossed it every few minutes.
+LEAST_RISE_REPLICAS = 0.5
 
 
 class PredictiveParams(StrictModel):
@@ -179,7 +184,8 @@ class PredictivePolicy:
         headroom = self.headroom
         need = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
         details.update(forecast=forecast, horizon=self.horizon, headroom=headroom, need=need)
-        if current > 0 and self.tolerance.within(need / current):
+        small_rise = self.tolerance.up > 0 and 0 < need - current < LEAST_RISE_REPLICAS
+        if current > 0 and (self.tolerance.within(need / current) or small_rise):
             replicas = current
         else:
             replicas = math.ceil(need - 1e-9)

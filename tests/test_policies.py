@@ -315,6 +315,31 @@ def test_predictive_headroom_sizes_a_flat_load(headroom: float, expected: int) -
 
 
 @pytest.mark.parametrize(
+    ("name", "waiting", "current", "expected"),
+    [
+        # Waiting against a target of 2 with no headroom: the need is waiting / 2 replicas.
+        ("a need 12 % over two replicas holds", 4.48, 2, 2),  # past the 10 % band, under half a replica
+        ("half a replica over two adds one", 5.0, 2, 3),
+        ("a whole replica over adds it", 6.2, 2, 4),
+        ("the band decides at twenty replicas", 43.8, 20, 20),  # 9.5 % over: within tolerance
+        ("and past it, the ceiling", 44.6, 20, 23),  # 11.5 % over: 22.3, rounded up
+        ("a need under the count still scales in", 2.9, 2, 2),  # ceil(1.45) = 2
+        ("as the ceiling allows", 2.9, 4, 2),
+    ],
+)
+def test_predictive_holds_a_rise_of_less_than_half_a_replica(
+    name: str, waiting: float, current: int, expected: int
+) -> None:
+    decider = _decider(maxReplicas=50, behavior=FREE, policy={"type": "predictive", "headroom": 0})
+    assert _run(decider, [waiting], current)[-1] == expected
+
+
+def test_predictive_without_tolerance_moves_on_any_rise() -> None:
+    policy = {"type": "predictive", "headroom": 0, "tolerance": 0}
+    assert _run(_decider(maxReplicas=50, behavior=FREE, policy=policy), [4.48], 2)[-1] == 3
+
+
+@pytest.mark.parametrize(
     ("cold_start", "policy", "expected"),
     [
         (300, {}, 0.6),  # the reference horizon, 315 s
