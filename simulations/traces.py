@@ -158,7 +158,7 @@ class _Requests:
         self.arrivals, self.prompts, self.outputs = array("d"), array("q"), array("q")
         self.block_counts, self.block_ids = array("q"), array("q")
 
-    def add(self, arrival: float, prompt: float, output: float, blocks: list[int] | None = None) -> None:
+    def add(self, arrival: float, prompt: float, output: float, blocks: object = None) -> None:
         """One request's fields, checked: a finite arrival, whole token counts that are not negative. A
         request with no output (a failed one in BurstGPT) is kept: it still costs its prefill and first
         token."""
@@ -168,7 +168,7 @@ class _Requests:
             if not math.isfinite(value) or not 0 <= value < 2**62:
                 raise ValueError(f"{what} length {value} is not a token count")
         if blocks is not None:
-            if not all(type(b) is int and -(2**63) <= b < 2**63 for b in blocks):
+            if not isinstance(blocks, list) or not all(type(b) is int and -(2**63) <= b < 2**63 for b in blocks):
                 raise ValueError("hash_ids is not a list of integers")
             self.block_ids.extend(blocks)
         self.block_counts.append(len(blocks or ()))
@@ -246,14 +246,11 @@ def read_mooncake(path: Path) -> Trace:
                 continue
             try:
                 record = json.loads(line)
-                blocks = record.get("hash_ids")
-                if blocks is not None and not isinstance(blocks, list):
-                    raise ValueError("hash_ids is not a list of integers")
                 requests.add(
                     float(record["timestamp"]) / 1000.0,
                     float(record["input_length"]),
                     float(record["output_length"]),
-                    blocks,
+                    record.get("hash_ids"),
                 )
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise TraceError(f"{path}:{number}: not a Mooncake request ({exc!r})") from None
