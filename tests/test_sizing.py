@@ -171,15 +171,21 @@ def test_long_prompts_take_a_smaller_prompt_share_and_short_outputs_a_larger_one
     assert long_prompts.slo == short_outputs.slo == 1.0
 
 
-@pytest.mark.usefixtures("short_load_test")
-def test_simulate_sizes_the_builtin_workload_for_the_slo_it_is_given(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def ten_minutes_of_requests(tmp_path: Path) -> Path:
+    """An Azure-format trace of 60 requests of 1,000 + 100 tokens, one every 10 s."""
     trace = tmp_path / "t.csv"
     trace.write_text(
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         + "".join(f"2023-11-16 18:{m // 6:02d}:{m % 6 * 10:02d}.0000000,1000,100\n" for m in range(60))
     )
+    return trace
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_simulate_sizes_the_builtin_workload_for_the_slo_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = ten_minutes_of_requests(tmp_path)
 
     shares: dict[str, dict[str, float]] = {}
 
@@ -258,11 +264,7 @@ def test_the_builtin_workload_holds_the_scaled_default_headroom(cold_start: floa
 
 @pytest.mark.usefixtures("short_load_test")
 def test_simulate_scales_the_builtin_headroom_for_the_slo_target(tmp_path: Path) -> None:
-    trace = tmp_path / "t.csv"
-    trace.write_text(
-        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-        + "".join(f"2023-11-16 18:{m // 6:02d}:{m % 6 * 10:02d}.0000000,1000,100\n" for m in range(60))
-    )
+    trace = ten_minutes_of_requests(tmp_path)
     headroom: dict[str, float] = {}
     for target in ("0.99", "0.999"):
         out = tmp_path / f"r{target}.json"
