@@ -62,6 +62,12 @@ class PredictiveParams(StrictModel):
     max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0)
 
 
+def default_horizon(cold_start_seconds: float, interval: float) -> float:
+    """How far ahead the policy looks when ``horizonSeconds`` is unset: a replica ordered at this tick
+    serves a cold start later, and the next tick may come an interval after that."""
+    return cold_start_seconds + interval
+
+
 def default_headroom(horizon: float) -> float:
     """The headroom when none is configured, for a horizon of ``horizon`` seconds
     (``PredictivePolicy.headroom`` says why)."""
@@ -162,7 +168,7 @@ class PredictivePolicy:
     def horizon(self) -> float:
         if self.params.horizon_seconds is not None:
             return self.params.horizon_seconds
-        return self.ctx.cold_start_seconds + self.ctx.interval
+        return default_horizon(self.ctx.cold_start_seconds, self.ctx.interval)
 
     def recommend(self, observation: Observation) -> Proposal:
         current = observation.current_replicas

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.policy_file import PolicyFile, Workload, parse_policy_document
-from policies.predictive import PredictiveParams, default_headroom
+from policies.predictive import PredictiveParams, default_headroom, default_horizon
 from simulations.replica_model import ReplicaModel
 from simulations.runner import (
     Contender,
@@ -80,7 +80,8 @@ def builtin_document(
     cold_start = max(1, round(model.cold_start_s))
     policy: dict[str, Any] = {"type": "predictive"}
     if headroom_scale != 1.0:
-        policy["headroom"] = round(default_headroom(cold_start + BUILTIN_INTERVAL_S) * headroom_scale, 4)
+        horizon = default_horizon(cold_start, BUILTIN_INTERVAL_S)
+        policy["headroom"] = round(default_headroom(horizon) * headroom_scale, 4)
     return {
         "interval": BUILTIN_INTERVAL_S,
         "workloads": [
