@@ -136,6 +136,14 @@ def verdict(data: dict[str, Any]) -> str:
     cheapest = [r for r in meeting if r["gpu_hours"] == least]
     if static in cheapest:
         fixed = data["model"]["static_best_replicas"]
+        if fixed == data["model"].get("min_replicas"):
+            # No policy can hold fewer replicas than the floor, so a tie is the best any can do: tuning
+            # cannot help, and only the floor decides the cost.
+            return (
+                f"verdict: cheapest at the SLO is static-best, {least:.2f} GPU-h ({fixed} fixed replicas, the "
+                "workload's minReplicas): the load never needs more than the floor, so no policy can cost less "
+                "unless minReplicas is lowered (--config)"
+            )
         line = (
             f"verdict: cheapest at the SLO is static-best, {least:.2f} GPU-h ({fixed} fixed replicas): "
             "no policy beat a fixed fleet here"

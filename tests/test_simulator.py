@@ -626,6 +626,12 @@ def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
     unbeaten["results"][0]["tuned"] = {"headroom": 0.08}
     assert verdict(unbeaten).endswith("(15 fixed replicas): no policy beat a fixed fleet here")
     assert "no run meets" in verdict(data(("predictive", 130.0, 0.9), ("static-best", 120.0, 0.98)))
+    at_the_floor = data(("predictive", 130.0, 0.995), ("static-best", 120.0, 0.993))
+    at_the_floor["model"]["min_replicas"] = 15
+    assert verdict(at_the_floor).endswith(
+        "(15 fixed replicas, the workload's minReplicas): the load never needs more than the floor, so no "
+        "policy can cost less unless minReplicas is lowered (--config)"
+    )
 
 
 def test_a_target_between_whole_percents_is_printed_to_its_digit() -> None:
