@@ -143,12 +143,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
     from simulations.sizing import (
+        LOAD_TEST_REPLICAS,
+        POOLED_REPLICAS,
         REFERENCE_SLO_TARGET,
         REFERENCE_SLO_TTFT_S,
         Shares,
         builtin_shares,
         headroom_scale,
         load_test_needed,
+        pooling_gain,
         tighter_than_reference,
     )
     from simulations.traces import TraceError, load_trace
@@ -204,12 +207,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     f"headroom for a target of {reporting.percent(args.slo_target)} (simulations/sizing.py)",
                     file=sys.stderr,
                 )
-            document = builtin_policy(model, trace, shares.slo, shares.mix, scale)
+            gain = 0.0
+            if not tighter_than_reference(args.slo_ttft, args.slo_target):
+                print(
+                    f"vllm-autoscaler: note: load-testing how much more a replica carries in a fleet of "
+                    f"{POOLED_REPLICAS} than of {LOAD_TEST_REPLICAS} (simulations/sizing.py): ",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                gain = pooling_gain(model, trace, args.slo_ttft, args.slo_target)
+                pooled = 1 + gain * math.log2(POOLED_REPLICAS / LOAD_TEST_REPLICAS)
+                print(f"{pooled:.2f} times as much, poolingGain {gain:g} a doubling", file=sys.stderr)
+            document = builtin_policy(model, trace, shares.slo, shares.mix, scale, gain)
             sizing["builtin_target_shares"] = {
                 "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
                 "num_requests_running": round(shares.slo, 4),
             }
             sizing["builtin_headroom_scale"] = round(scale, 4)
+            sizing["builtin_pooling_gain"] = gain
         workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)

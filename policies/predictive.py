@@ -20,6 +20,13 @@ that takes ``horizon`` seconds (by default ``coldStartSeconds + interval``) to s
 The proposal is ``d * (1 + headroom)``, raised by the part of the trend's growth that the headroom does
 not already cover; so the policy scales out ahead of a ramp but never scales in on a forecast: a scale-in
 needs the present demand to allow it. A negative headroom runs replicas hotter than the metrics' targets.
+
+Targets are per replica, but a fleet pools its queue: the more replicas share the arrivals, the fewer
+wait behind a long prompt, and each carries more at the same SLO (square-root staffing). With
+``poolingGain`` ``g`` and ``poolingReplicas`` ``r`` (the fleet the targets were measured on), a fleet of
+``n >= r`` replicas carries ``1 + g * log2(n / r)`` times the targets per replica, and the policy asks
+for the fleet that carries the proposal at that rate (``pooled_replicas``); below ``r`` the targets hold
+as they are. Off by default (gain 0): only a load test of two fleet sizes tells the gain.
 A proposal within ``tolerance`` of the current count keeps it, as in the HPA, and so does a need less than
 half a replica above it (``LEAST_RISE_REPLICAS``) unless the tolerance upward is 0: a small fleet would
 otherwise add a replica, and hold it for the scale-down window, on every flicker of a light load's signals.
@@ -60,6 +67,12 @@ class PredictiveParams(StrictModel):
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     horizon_seconds: float | None = Field(default=None, alias="horizonSeconds", ge=0)
     max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0)
+    pooling_gain: float = Field(
+        default=0.0, alias="poolingGain", ge=0, le=1, description="capacity per replica gained per doubling"
+    )
+    pooling_replicas: float = Field(
+        default=1.0, alias="poolingReplicas", ge=1, description="the fleet size the targets were measured on"
+    )
 
 
 def default_horizon(cold_start_seconds: float, interval: float) -> float:
@@ -72,6 +85,21 @@ def default_headroom(horizon: float) -> float:
     """The headroom when none is configured, for a horizon of ``horizon`` seconds
     (``PredictivePolicy.headroom`` says why)."""
     return DEFAULT_HEADROOM * math.sqrt(max(horizon, SHORTEST_HORIZON_S) / REFERENCE_HORIZON_S)
+
+
+def pooled_replicas(need: float, gain: float, reference: float) -> float:
+    """The fleet ``n`` that carries ``need`` replicas' worth of load at the targets when each of its
+    replicas carries ``1 + gain * log2(n / reference)`` times them (``n >= reference``; below it, ``need``)."""
+    if gain <= 0 or need <= reference:
+        return need
+    n = need  # f(n) = n * (1 + gain * log2(n / reference)) - need is convex and rising: Newton from above
+    for _ in range(50):
+        f = n * (1 + gain * math.log2(n / reference)) - need
+        step = f / (1 + gain * (math.log2(n / reference) + 1 / math.log(2)))
+        n = max(reference, n - step)
+        if abs(step) < 1e-9 * need:
+            break
+    return n
 
 
 @dataclass
@@ -188,7 +216,8 @@ class PredictivePolicy:
         growth = min(self.state.growth(self.horizon, self.trend_window), self.params.max_growth * demand)
         forecast = demand + growth
         headroom = self.headroom
-        need = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
+        unpooled = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
+        need = pooled_replicas(unpooled, self.params.pooling_gain, self.params.pooling_replicas)
         details.update(forecast=forecast, horizon=self.horizon, headroom=headroom, need=need)
         small_rise = self.tolerance.up > 0 and 0 < need - current < LEAST_RISE_REPLICAS
         if current > 0 and (self.tolerance.within(need / current) or small_rise):

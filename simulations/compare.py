@@ -39,6 +39,7 @@ from simulations.runner import (
     run,
     signals_for,
 )
+from simulations.sizing import LOAD_TEST_REPLICAS
 from simulations.traces import Trace
 
 PROMPT_TOKENS_SHARE = 0.5
@@ -52,6 +53,7 @@ def builtin_document(
     share: float = 1.0,
     prompt_share: float = 1.0,
     headroom_scale: float = 1.0,
+    pooling_gain: float = 0.0,
 ) -> dict[str, Any]:
     """The built-in workload, its targets sized for ``model``'s replica, the trace's requests and the SLO,
     as a user would size them for their own.
@@ -73,6 +75,8 @@ def builtin_document(
 
     The policy is ``predictive`` with its default headroom for the cold start, times ``headroom_scale``
     for an SLO target other than 99 % (``sizing.headroom_scale``); at 1 the file leaves it to the policy.
+    With ``pooling_gain`` (``sizing.pooling_gain``), larger fleets than the load test's run each replica
+    hotter (``poolingGain``, ``poolingReplicas``).
     """
     # Without a trace, about the mean request of the Azure conversation trace (1,155 + 211 tokens).
     footprint = float(np.mean(trace.prompt_tokens) + np.mean(trace.output_tokens)) if trace is not None else 1_400.0
@@ -82,6 +86,8 @@ def builtin_document(
     if headroom_scale != 1.0:
         horizon = default_horizon(cold_start, BUILTIN_INTERVAL_S)
         policy["headroom"] = round(default_headroom(horizon) * headroom_scale, 4)
+    if pooling_gain > 0:
+        policy.update(poolingGain=pooling_gain, poolingReplicas=LOAD_TEST_REPLICAS)
     return {
         "interval": BUILTIN_INTERVAL_S,
         "workloads": [
@@ -127,11 +133,12 @@ def builtin_policy(
     share: float = 1.0,
     prompt_share: float = 1.0,
     headroom_scale: float = 1.0,
+    pooling_gain: float = 0.0,
 ) -> PolicyFile:
     """The built-in workload for ``model`` and the trace's requests, its targets scaled by ``share`` and
     ``prompt_share`` (``sizing.builtin_shares``), its headroom by ``headroom_scale``
-    (``sizing.headroom_scale``)."""
-    document = builtin_document(model or ReplicaModel(), trace, share, prompt_share, headroom_scale)
+    (``sizing.headroom_scale``), its fleet's pooling ``pooling_gain`` (``sizing.pooling_gain``)."""
+    document = builtin_document(model or ReplicaModel(), trace, share, prompt_share, headroom_scale, pooling_gain)
     return parse_policy_document(document, "<built-in>")
 
 
@@ -339,10 +346,12 @@ def tune(
     from 8 down to 1/4 (a negative headroom runs replicas hotter than the targets). So the tuned policies
     are compared at equal effort, with the same sizes tried.
 
-    ``predictive`` has a second setting, its trend (``maxGrowth``). Its headroom is searched with the trend
-    off, which makes the search step for step the threshold's; then the trend, as the file sets it, is
-    tried at the headroom found and kept if it meets the SLO for less (or alone meets it). So tuned
-    ``predictive`` costs no more than tuned ``threshold``, and the report says whether the trend paid.
+    ``predictive`` has more settings: its trend (``maxGrowth``) and its fleet's pooling (``poolingGain``).
+    Its headroom is searched with the trend off, with the pooling as the file sets it and, if that is on,
+    again without it, which makes that search step for step the threshold's; the cheaper that meets the
+    SLO is kept. Then the trend, as the file sets it, is tried at the headroom found and kept if it meets
+    the SLO for less (or alone meets it). So tuned ``predictive`` costs no more than tuned ``threshold``,
+    and the report says whether the trend and the pooling paid.
     """
     first = workload.metrics[0].target.value
     if policy_type == "predictive":
@@ -366,7 +375,7 @@ def tune(
         tick(f"tune {policy_type} {value(x)}")
         return result
 
-    def search() -> tuple[float, RunResult]:
+    def search(fixed: dict[str, float]) -> tuple[float, RunResult]:
         """Bisection between the safe end (most capacity: small target, big headroom) and the cheap end.
 
         The safe end is run last, and only when no setting tried below it met the target: it holds the
@@ -374,28 +383,40 @@ def tune(
         tell, that the search has a setting that meets the SLO, the first setting that meets it tells too.
         """
         safe_x, cheap_x = (hi, lo) if policy_type == "predictive" else (lo, hi)
-        cheap = attempt(cheap_x)
+        cheap = attempt(cheap_x, fixed)
         if cheap.meets(slo_target):
             return cheap_x, cheap
         found: tuple[float, RunResult] | None = None
         good, bad = safe_x, cheap_x
         for _ in range(steps):
             mid = (good + bad) / 2
-            result = attempt(mid)
+            result = attempt(mid, fixed)
             if result.meets(slo_target):
                 good = mid
                 if found is None or result.gpu_hours <= found[1].gpu_hours:
                     found = mid, result
             else:
                 bad = mid
-        return found or (safe_x, attempt(safe_x, full=True))  # the safe end is reported even if it misses
+        return found or (safe_x, attempt(safe_x, fixed, full=True))  # the safe end is reported even if it misses
 
-    best_x, best = search()
+    def cheaper(a: RunResult, b: RunResult) -> bool:
+        return a.meets(slo_target) and (not b.meets(slo_target) or a.gpu_hours < b.gpu_hours)
+
+    fixed = no_trend
+    best_x, best = search(fixed)
     if no_trend:
-        trend = {"maxGrowth": PredictiveParams.model_validate(_policy_block(workload, policy_type)).max_growth}
-        if trend != no_trend:
+        params = PredictiveParams.model_validate(_policy_block(workload, policy_type))
+        if params.pooling_gain > 0:
+            # Pooling sizes a large fleet below its targets, which the headroom alone cannot: that search
+            # is not the threshold's. Searched without it too, tuned predictive costs no more than it.
+            unpooled = {**no_trend, "poolingGain": 0.0}
+            other_x, other = search(unpooled)
+            if cheaper(other, best):
+                fixed, best_x, best = unpooled, other_x, other
+        trend = {**fixed, "maxGrowth": params.max_growth}
+        if trend != fixed:
             with_trend = attempt(best_x, trend)
-            if with_trend.meets(slo_target) and (not best.meets(slo_target) or with_trend.gpu_hours < best.gpu_hours):
+            if cheaper(with_trend, best):
                 best = with_trend
     return best
 

@@ -10,6 +10,7 @@ import pytest
 from autoscaler.policy_file import parse_policy_document
 from policies.base import Observation
 from policies.pipeline import Reason, WorkloadDecider
+from policies.predictive import pooled_replicas
 from policies.replica_calculator import Tolerance, average_value_replicas, milli, value_replicas
 from tests.helpers import workload_doc
 
@@ -312,6 +313,42 @@ def test_predictive_extrapolates_a_sustained_ramp_past_its_headroom() -> None:
 def test_predictive_headroom_sizes_a_flat_load(headroom: float, expected: int) -> None:
     decider = _decider(maxReplicas=400, behavior=FREE, policy={"type": "predictive", "headroom": headroom})
     assert _run(decider, [20.0] * 80, 10)[-1] == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "need", "gain", "reference", "expected"),
+    [
+        ("no gain: the need itself", 20.0, 0.0, 8.0, 20.0),
+        ("at the reference: the need itself", 8.0, 0.1, 8.0, 8.0),
+        ("below it, the targets hold as they are", 5.0, 0.3, 8.0, 5.0),
+        # 16 replicas carry 1.1 times the targets each: 17.6 replicas' worth.
+        ("one doubling", 17.6, 0.1, 8.0, 16.0),
+        ("two doublings", 38.4, 0.1, 8.0, 32.0),  # 32 * 1.2
+        ("a reference of one", 4.6, 0.15, 1.0, 3.601393684),
+    ],
+)
+def test_pooled_replicas_carry_the_need_at_the_pooled_rate(
+    name: str, need: float, gain: float, reference: float, expected: float
+) -> None:
+    n = pooled_replicas(need, gain, reference)
+    assert n == pytest.approx(expected, rel=1e-6)
+    if n > reference:
+        assert n * (1 + gain * math.log2(n / reference)) == pytest.approx(need, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("waiting", "pooling", "expected"),
+    [
+        (40.0, {}, 20),  # 40 waiting against a target of 2
+        (40.0, {"poolingGain": 0.1, "poolingReplicas": 8}, 18),  # 17.9 replicas carry 20's worth
+        (12.0, {"poolingGain": 0.1, "poolingReplicas": 8}, 6),  # under the reference: as the targets say
+        (40.0, {"poolingGain": 0.1}, 15),  # measured on one replica: 14.8 carry 20's worth
+    ],
+)
+def test_predictive_pooling_runs_a_large_fleet_hotter(waiting: float, pooling: dict[str, float], expected: int) -> None:
+    policy = {"type": "predictive", "headroom": 0, "tolerance": 0, **pooling}
+    decider = _decider(maxReplicas=50, behavior=FREE, policy=policy)
+    assert _run(decider, [waiting] * 4, 10)[-1] == expected
 
 
 @pytest.mark.parametrize(

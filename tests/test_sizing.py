@@ -22,6 +22,7 @@ from simulations.sizing import (
     builtin_shares,
     headroom_scale,
     mix_share,
+    pooling_gain,
     sustained_rate,
 )
 from simulations.traces import Trace, load_trace
@@ -275,3 +276,37 @@ def test_simulate_scales_the_builtin_headroom_for_the_slo_target(tmp_path: Path)
         headroom[target] = predictive["settings"]["headroom"]
     assert headroom["0.99"] == pytest.approx(0.6)
     assert headroom["0.999"] == pytest.approx(0.6 * headroom_scale(0.999), abs=1e-4)
+
+
+def test_a_tighter_slo_measures_no_pooling_gain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its share of the targets already stands for the fleet's pooling (the square root of the ratio)."""
+
+    def no_load_test(*_: object, **__: object) -> float:
+        raise AssertionError("no pooling test under a tighter SLO")
+
+    monkeypatch.setattr(sizing, "sustained_rate", no_load_test)
+    assert pooling_gain(ReplicaModel(), chat_requests(), 1.0, 0.99) == 0.0
+    assert pooling_gain(ReplicaModel(), chat_requests(), 2.0, 0.999) == 0.0
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_a_larger_fleet_carries_more_per_replica_and_the_gain_says_how_much(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sizing, "POOLED_REPLICAS", 12)
+    model, requests = ReplicaModel(), chat_requests()
+    gain = pooling_gain(model, requests, 2.0, 0.99)
+    assert 0.02 < gain < sizing.MOST_POOLING_GAIN
+    small = LoadTest.of(model, requests)
+    large = LoadTest.of(model, requests, 12)
+    assert (small.fleet, large.fleet) == (4, 12)
+    per_replica = sustained_rate(small, model, 2.0, 0.99) / 4
+    # Searched between the smaller fleet's rate per replica, which the larger one carries, and the most
+    # gain allowed, which it does not.
+    assert large.meets(model, 12 * per_replica, 2.0, 0.99)
+    assert not large.meets(model, 12 * per_replica * (1 + sizing.MOST_POOLING_GAIN * np.log2(3)), 2.0, 0.99)
+    assert pooling_gain(model, requests, 2.0, 0.99) == gain  # seeded: the same answer
+
+
+def test_no_pooling_gain_where_the_larger_fleet_does_not_even_keep_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sizing, "sustained_rate", lambda *a, **k: 1.0)
+    monkeypatch.setattr(LoadTest, "meets", lambda *a, **k: False)
+    assert pooling_gain(ReplicaModel(), chat_requests(), 2.0, 0.99) == 0.0
