@@ -549,6 +549,27 @@ def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_mo
     assert set(tuned["threshold"].tuned or {}) == {"target"}
 
 
+@pytest.mark.parametrize(
+    ("policy_type", "block", "expected"),
+    [
+        ("threshold", {}, {"target": 500.0}),
+        ("pid", {}, {"setpoint": 500.0}),
+        ("pid", {"type": "pid", "metric": "num_requests_waiting"}, {"setpoint": 2.0}),
+        ("pid", {"type": "pid", "setpoint": 300}, {"setpoint": 300.0}),
+        ("predictive", {}, {"headroom": 0.6, "maxGrowth": 0.5}),  # worked out for the 300 s cold start
+        ("predictive", {"type": "predictive", "headroom": 0.2, "maxGrowth": 1}, {"headroom": 0.2, "maxGrowth": 1.0}),
+    ],
+)
+def test_tuning_names_the_setting_it_was_given_as_it_names_the_ones_it_tries(
+    policy_type: str, block: dict[str, Any], expected: dict[str, float]
+) -> None:
+    from simulations.compare import given_setting, policy_variant
+
+    document = builtin_policy()
+    document, workload = policy_variant(document, document.workloads[0], block or {"type": "predictive"})
+    assert given_setting(document, workload, policy_type, ReplicaModel()) == expected
+
+
 def test_tuned_predictive_with_pooling_still_costs_no_more_than_tuned_threshold() -> None:
     """Pooling makes predictive's headroom search another than the threshold's; searched without it too,
     tuned predictive never costs more."""
@@ -581,7 +602,7 @@ def test_tuning_runs_the_safe_end_last_and_reports_it_when_no_setting_meets_the_
     tried: list[str] = []
     result = tune(trace, model, document, workload, "threshold", 1, 2.0, 0.99, tried.append)
     safe = workload.metrics[0].target.value / 8
-    assert len(tried) == 9 and tried[-1] == f"tune threshold {round(safe, 4)}"
+    assert len(tried) == 10 and tried[-2:] == [f"tune threshold {round(safe, 4)}", "tune threshold as given"]
     assert not result.meets(0.99) and not result.abandoned
     assert result.tuned == {"target": pytest.approx(safe, abs=1e-4)}
     assert result.completed_requests + result.dropped_requests == trace.requests
