@@ -423,7 +423,8 @@ def tune(
     # (the built-in day met the SLO at the default headroom, 0.6, and missed it at one tried just above):
     # tuning never reports a dearer setting than the one it was given.
     given = given_setting(document, workload, policy_type, model)
-    contender = policy_contender(document, workload, model, policy_type, given)
+    doc, wl = policy_variant(document, workload, _policy_block(workload, policy_type))
+    contender = policy_contender(doc, wl, model, policy_type, given)
     as_given = run(trace, model, contender, initial, slo_ttft, miss_budget=budget, stop=stop)
     tick(f"tune {policy_type} as given")
     return as_given if cheaper(as_given, best) else best

@@ -549,6 +549,29 @@ def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_mo
     assert set(tuned["threshold"].tuned or {}) == {"target"}
 
 
+@pytest.mark.parametrize("policy_type", ["threshold", "pid", "predictive"])
+def test_every_run_of_a_tuning_search_runs_the_policy_tuned(monkeypatch: pytest.MonkeyPatch, policy_type: str) -> None:
+    """The built-in workload's own policy is predictive: the search, and the run as the file sets it,
+    must run the policy type being tuned all the same."""
+    import simulations.compare as compare_module
+    from simulations.compare import tune
+
+    ran: list[str] = []
+    real_run = compare_module.run
+
+    def recording(trace: Trace, model: ReplicaModel, contender: Contender, *args: Any, **kwargs: Any) -> Any:
+        assert contender.decider is not None
+        ran.append(contender.decider.policy.type)
+        return real_run(trace, model, contender, *args, **kwargs)
+
+    monkeypatch.setattr(compare_module, "run", recording)
+    trace = synthetic_day(seed=1, mean_rps=0.5, hours=0.1, bursts=0)
+    document = builtin_policy()
+    model = ReplicaModel(cold_start_s=60)
+    tune(trace, model, document, document.workloads[0], policy_type, 2, 2.0, 0.99, lambda _: None)
+    assert len(ran) >= 2 and set(ran) == {policy_type}
+
+
 @pytest.mark.parametrize(
     ("policy_type", "block", "expected"),
     [
