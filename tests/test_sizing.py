@@ -292,6 +292,7 @@ def test_a_tighter_slo_measures_no_pooling_gain(monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.usefixtures("short_load_test")
 def test_a_larger_fleet_carries_more_per_replica_and_the_gain_says_how_much(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sizing, "POOLED_REPLICAS", 12)
+    monkeypatch.setattr(sizing, "MOST_POOLING_GAIN", 0.3)  # wide enough to find the gain inside it
     model, requests = ReplicaModel(), chat_requests()
     gain = pooling_gain(model, requests, 2.0, 0.99)
     assert 0.02 < gain < sizing.MOST_POOLING_GAIN
@@ -304,6 +305,8 @@ def test_a_larger_fleet_carries_more_per_replica_and_the_gain_says_how_much(monk
     assert large.meets(model, 12 * per_replica, 2.0, 0.99)
     assert not large.meets(model, 12 * per_replica * (1 + sizing.MOST_POOLING_GAIN * np.log2(3)), 2.0, 0.99)
     assert pooling_gain(model, requests, 2.0, 0.99) == gain  # seeded: the same answer
+    monkeypatch.setattr(sizing, "MOST_POOLING_GAIN", gain / 2)
+    assert pooling_gain(model, requests, 2.0, 0.99) == gain / 2  # capped
 
 
 def test_no_pooling_gain_where_the_larger_fleet_does_not_even_keep_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
