@@ -21,15 +21,17 @@ The proposal is ``d * (1 + headroom)``, raised by the part of the trend's growth
 not already cover; so the policy scales out ahead of a ramp but never scales in on a forecast: a scale-in
 needs the present demand to allow it. A negative headroom runs replicas hotter than the metrics' targets.
 
+A proposal within ``tolerance`` of the current count keeps it, as in the HPA, and so does a need less than
+half a replica above it (``LEAST_RISE_REPLICAS``) unless the tolerance upward is 0: a small fleet would
+otherwise add a replica, and hold it for the scale-down window, on every flicker of a light load's signals.
+
 Targets are per replica, but a fleet pools its queue: the more replicas share the arrivals, the fewer
 wait behind a long prompt, and each carries more at the same SLO (square-root staffing). With
 ``poolingGain`` ``g`` and ``poolingReplicas`` ``r`` (the fleet the targets were measured on), a fleet of
 ``n >= r`` replicas carries ``1 + g * log2(n / r)`` times the targets per replica, and the policy asks
-for the fleet that carries the proposal at that rate (``pooled_replicas``); below ``r`` the targets hold
-as they are. Off by default (gain 0): only a load test of two fleet sizes tells the gain.
-A proposal within ``tolerance`` of the current count keeps it, as in the HPA, and so does a need less than
-half a replica above it (``LEAST_RISE_REPLICAS``) unless the tolerance upward is 0: a small fleet would
-otherwise add a replica, and hold it for the scale-down window, on every flicker of a light load's signals.
+for the fleet that carries the proposal at that rate (``pooled_replicas``), and the tolerance applies to
+that fleet; below ``r`` the targets hold as they are. Off by default (gain 0): only a load test of two
+fleet sizes tells the gain.
 
 Measured on recorded traces (README, "Simulation"): minute-level LLM load mostly wanders and steps, so
 the SLO is decided by headroom, and a trend is worth extrapolating only on sustained ramps.
