@@ -138,6 +138,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from policies.predictive import pooled_capacity
     from simulations import report as reporting
     from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
     from simulations.replica_model import parse_overrides
@@ -217,7 +218,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     flush=True,
                 )
                 gain = pooling_gain(model, trace, args.slo_ttft, args.slo_target)
-                pooled = 1 + gain * math.log2(POOLED_REPLICAS / LOAD_TEST_REPLICAS)
+                pooled = pooled_capacity(POOLED_REPLICAS, gain, LOAD_TEST_REPLICAS)
                 print(f"{pooled:.2f} times as much, poolingGain {gain:g} a doubling", file=sys.stderr)
             document = builtin_policy(model, trace, shares.slo, shares.mix, scale, gain)
             sizing["builtin_target_shares"] = {

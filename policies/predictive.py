@@ -89,15 +89,21 @@ def default_headroom(horizon: float) -> float:
     return DEFAULT_HEADROOM * math.sqrt(max(horizon, SHORTEST_HORIZON_S) / REFERENCE_HORIZON_S)
 
 
+def pooled_capacity(fleet: float, gain: float, reference: float) -> float:
+    """How many times the targets each replica of a fleet of ``fleet`` carries, pooling at ``gain`` a
+    doubling beyond ``reference`` replicas (the targets' own fleet)."""
+    return 1 + gain * math.log2(max(fleet, reference) / reference)
+
+
 def pooled_replicas(need: float, gain: float, reference: float) -> float:
     """The fleet ``n`` that carries ``need`` replicas' worth of load at the targets when each of its
-    replicas carries ``1 + gain * log2(n / reference)`` times them (``n >= reference``; below it, ``need``)."""
+    replicas carries ``pooled_capacity(n)`` times them (``n >= reference``; below it, ``need``)."""
     if gain <= 0 or need <= reference:
         return need
-    n = need  # f(n) = n * (1 + gain * log2(n / reference)) - need is convex and rising: Newton from above
+    n = need  # f(n) = n * pooled_capacity(n) - need is convex and rising above the reference: Newton from above
     for _ in range(50):
-        f = n * (1 + gain * math.log2(n / reference)) - need
-        step = f / (1 + gain * (math.log2(n / reference) + 1 / math.log(2)))
+        f = n * pooled_capacity(n, gain, reference) - need
+        step = f / (pooled_capacity(n, gain, reference) + gain / math.log(2))
         n = max(reference, n - step)
         if abs(step) < 1e-9 * need:
             break

@@ -366,7 +366,7 @@ def tune(
     no_trend = {"maxGrowth": 0.0} if policy_type == "predictive" else {}
     budget = allowed_misses(trace, slo_target)
 
-    def attempt(x: float, fixed: dict[str, float] = no_trend, full: bool = False) -> RunResult:
+    def attempt(x: float, fixed: dict[str, float], full: bool = False) -> RunResult:
         """One setting's run; unless ``full``, it stops once it has certainly missed the SLO target (such a
         run is only ever used to say so)."""
         doc, wl = _knob_variant(document, workload, policy_type, value(x), fixed)
@@ -422,23 +422,22 @@ def tune(
     # The setting given may fall between the ones tried, and attainment is not quite monotone in the knob
     # (the built-in day met the SLO at the default headroom, 0.6, and missed it at one tried just above):
     # tuning never reports a dearer setting than the one it was given.
-    given = given_setting(document, workload, policy_type, model)
     doc, wl = policy_variant(document, workload, _policy_block(workload, policy_type))
-    contender = policy_contender(doc, wl, model, policy_type, given)
+    contender = policy_contender(doc, wl, model, policy_type)
+    contender.tuned = given_setting(wl, policy_type, contender.settings() or {})
     as_given = run(trace, model, contender, initial, slo_ttft, miss_budget=budget, stop=stop)
     tick(f"tune {policy_type} as given")
     return as_given if cheaper(as_given, best) else best
 
 
-def given_setting(document: PolicyFile, workload: Workload, policy_type: str, model: ReplicaModel) -> dict[str, float]:
-    """The sizing knob's value (and predictive's trend) as the workload's own policy block of that type
-    sets it, defaults worked out, named as ``tune`` names its settings."""
-    doc, wl = policy_variant(document, workload, _policy_block(workload, policy_type))
-    settings = policy_contender(doc, wl, model).settings() or {}
+def given_setting(workload: Workload, policy_type: str, settings: dict[str, Any]) -> dict[str, float]:
+    """The sizing knob's value (and predictive's trend) that ``workload`` runs its ``policy_type`` policy
+    with, from the ``settings`` its contender reports (defaults worked out), named as ``tune`` names its
+    settings."""
     if policy_type == "threshold":
-        return {"target": round(wl.metrics[0].target.value, 4)}
+        return {"target": round(workload.metrics[0].target.value, 4)}
     if policy_type == "pid":
-        primary = next((m for m in wl.metrics if m.name == settings.get("metric")), wl.metrics[0])
+        primary = next((m for m in workload.metrics if m.name == settings.get("metric")), workload.metrics[0])
         return {"setpoint": round(settings.get("setpoint", primary.target.value), 4)}
     return {"headroom": round(settings["headroom"], 4), "maxGrowth": settings["maxGrowth"]}
 

@@ -58,11 +58,7 @@ class LoadTest:
     most: float
     span: float
     prefix: PrefixBlocks | None = None
-    replicas: int | None = None  # None: ``LOAD_TEST_REPLICAS``
-
-    @property
-    def fleet(self) -> int:
-        return self.replicas if self.replicas is not None else LOAD_TEST_REPLICAS
+    fleet: int = LOAD_TEST_REPLICAS  # the fixed replicas tested
 
     @classmethod
     def of(cls, model: ReplicaModel, trace: Trace | None, replicas: int | None = None) -> LoadTest:
@@ -86,9 +82,9 @@ class LoadTest:
             # In the trace's order, which decides what a prompt finds cached (a conversation's turns);
             # a random draw would repeat whole prompts, which the cache would hold.
             picks = np.arange(count, dtype=np.int64) % len(prompt)
-            return cls(gaps, prompt[picks], output[picks], most, span, trace.prefix.repeated(count), replicas)
+            return cls(gaps, prompt[picks], output[picks], most, span, trace.prefix.repeated(count), fleet)
         picks = rng.integers(0, len(prompt), count)
-        return cls(gaps, prompt[picks], output[picks], most, span, replicas=replicas)
+        return cls(gaps, prompt[picks], output[picks], most, span, fleet=fleet)
 
     def at(self, rate: float) -> Trace:
         arrivals = np.cumsum(self.gaps / rate)

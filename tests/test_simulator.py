@@ -586,11 +586,12 @@ def test_every_run_of_a_tuning_search_runs_the_policy_tuned(monkeypatch: pytest.
 def test_tuning_names_the_setting_it_was_given_as_it_names_the_ones_it_tries(
     policy_type: str, block: dict[str, Any], expected: dict[str, float]
 ) -> None:
-    from simulations.compare import given_setting, policy_variant
+    from simulations.compare import given_setting, policy_contender, policy_variant
 
     document = builtin_policy()
-    document, workload = policy_variant(document, document.workloads[0], block or {"type": "predictive"})
-    assert given_setting(document, workload, policy_type, ReplicaModel()) == expected
+    document, workload = policy_variant(document, document.workloads[0], block or {"type": policy_type})
+    settings = policy_contender(document, workload, ReplicaModel()).settings() or {}
+    assert given_setting(workload, policy_type, settings) == expected
 
 
 def test_tuned_predictive_with_pooling_still_costs_no_more_than_tuned_threshold() -> None:
