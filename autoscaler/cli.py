@@ -217,7 +217,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-                gain = pooling_gain(model, trace, args.slo_ttft, args.slo_target)
+                # The looser or reference SLO is the one the shares' load test ran under, if it ran.
+                gain = pooling_gain(model, trace, args.slo_ttft, args.slo_target, shares.reference_rate)
                 pooled = pooled_capacity(POOLED_REPLICAS, gain, LOAD_TEST_REPLICAS)
                 print(f"{pooled:.2f} times as much, poolingGain {gain:g} a doubling", file=sys.stderr)
             document = builtin_policy(model, trace, shares.slo, shares.mix, scale, gain)

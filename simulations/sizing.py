@@ -132,6 +132,9 @@ class Shares:
 
     slo: float = 1.0
     mix: float = 1.0
+    # What the load test's fleet sustains under the SLO the targets stand for (``None``: not tested), which
+    # ``pooling_gain`` needs too.
+    reference_rate: float | None = None
 
     @property
     def prompt_tokens(self) -> float:
@@ -182,7 +185,7 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     test = LoadTest.of(model, trace)
     reference = sustained_rate(test, model, *sized_for)
     if reference <= 0:
-        return Shares()  # no load meets even that SLO: nothing to scale from
+        return Shares(reference_rate=reference)  # no load meets even that SLO: nothing to scale from
     slo = 1.0
     if tighter:
         ratio = sustained_rate(test, model, slo_ttft, slo_target, below=reference, steps=TIGHTER_STEPS) / reference
@@ -192,10 +195,12 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
         builtin = builtin_prompt_rate(model, *sized_for)
         if builtin > 0:
             mix = mix_share(reference * float(np.mean(test.prompts)) / builtin)
-    return Shares(slo, mix)
+    return Shares(slo, mix, reference)
 
 
-def pooling_gain(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float) -> float:
+def pooling_gain(
+    model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float, reference: float | None = None
+) -> float:
     """How much more a replica carries within the SLO for each doubling of the fleet, from a load test of
     ``LOAD_TEST_REPLICAS`` replicas and one of ``POOLED_REPLICAS`` on the same requests: the built-in
     workload's ``poolingGain`` (``PredictivePolicy``'s pooling), for targets measured on the smaller
@@ -207,11 +212,13 @@ def pooling_gain(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_
     each. At most ``MOST_POOLING_GAIN``: steady arrivals overstate what bursts leave of it. 0 for an SLO
     tighter than the reference: the share of the targets taken there is already the
     square root of the rate ratio, which stands for the fleet's pooling (``builtin_shares``), and
-    counting it twice missed the SLO (the built-in day at 1 s, 0.988)."""
+    counting it twice missed the SLO (the built-in day at 1 s, 0.988). ``reference``: the rate the
+    smaller fleet sustains, if ``builtin_shares`` has already found it (``Shares.reference_rate``)."""
     if tighter_than_reference(slo_ttft, slo_target):
         return 0.0
     small, large = LoadTest.of(model, trace), LoadTest.of(model, trace, POOLED_REPLICAS)
-    reference = sustained_rate(small, model, slo_ttft, slo_target)
+    if reference is None:
+        reference = sustained_rate(small, model, slo_ttft, slo_target)
     if reference <= 0:
         return 0.0
     doublings = math.log2(POOLED_REPLICAS / small.fleet)

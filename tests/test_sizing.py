@@ -313,3 +313,23 @@ def test_no_pooling_gain_where_the_larger_fleet_does_not_even_keep_the_rate(monk
     monkeypatch.setattr(sizing, "sustained_rate", lambda *a, **k: 1.0)
     monkeypatch.setattr(LoadTest, "meets", lambda *a, **k: False)
     assert pooling_gain(ReplicaModel(), chat_requests(), 2.0, 0.99) == 0.0
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_the_pooling_test_takes_the_rate_the_shares_test_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the reference SLO or a looser one, both tests start from the same fleet's rate: found once."""
+    monkeypatch.setattr(sizing, "POOLED_REPLICAS", 12)
+    model, requests = ReplicaModel(), chat_requests(builtin=False)
+    shares = builtin_shares(model, requests, 3.0, 0.99)
+    assert shares.reference_rate == sustained_rate(LoadTest.of(model, requests), model, 3.0, 0.99)
+    expected = pooling_gain(model, requests, 3.0, 0.99)
+    searches: list[float | None] = []
+    real = sizing.sustained_rate
+
+    def counted(*args: object, **kwargs: object) -> float:
+        searches.append(kwargs.get("above"))  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sizing, "sustained_rate", counted)
+    assert pooling_gain(model, requests, 3.0, 0.99, shares.reference_rate) == expected
+    assert all(above is not None for above in searches)  # only the larger fleet's search, if any
