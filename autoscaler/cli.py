@@ -13,12 +13,15 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from autoscaler import __version__
-from autoscaler.policy_file import PolicyFile, PolicyFileError, json_schema, load_policy_file
+from autoscaler.policy_file import PolicyFile, PolicyFileError, json_schema, load_policy_file, parse_policy_document
 from autoscaler.recorded import RecordedMetricsError, read_ticks
 
 if TYPE_CHECKING:
     from autoscaler.settings import Settings
+    from simulations.compare import Comparison
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
@@ -171,7 +174,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.cold_start is not None and args.cold_start < 0:
         _error("--cold-start must be a number of seconds, 0 or more")
         return EXIT_BAD_INPUT
-    if problem := _unwritable(args.out, args.plot):
+    if problem := _unwritable(args.out, args.plot, args.write_config):
         _error(problem)
         return EXIT_BAD_INPUT
     try:
@@ -256,8 +259,55 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if args.plot:
             written = args.plot
             reporting.plot(args.plot, comparison)
+        if args.write_config:
+            written = args.write_config
+            assert document is not None  # the file's, or the built-in one
+            return _write_config(args.write_config, document, comparison, data, types)
     except OSError as exc:
         return _write_failed(exc, written)
+    return EXIT_OK
+
+
+def _write_config(
+    path: str, document: PolicyFile, comparison: Comparison, data: dict[str, Any], types: list[str]
+) -> int:
+    """``simulate --write-config``: the cheapest compared policy that met the SLO, as a policy file for
+    ``run``, with a comment saying what it was measured on. Baselines are not policies one deploys: a
+    cheaper fixed fleet is said on standard error, beside the file."""
+    from simulations import report as reporting
+    from simulations.compare import deployable
+    from simulations.runner import floor_to
+
+    meeting = [r for r in comparison.results if r.policy in types and r.meets(comparison.slo_target)]
+    if not meeting:
+        _error(f"no policy met the SLO target ({reporting.percent(comparison.slo_target)}); nothing written to {path}")
+        return EXIT_FAILED
+    best = min(meeting, key=lambda r: r.gpu_hours)
+    raw = deployable(document, best, comparison.model.cold_start_s)
+    parse_policy_document(raw, path)  # what is written must load as it was simulated
+    tuned = ", ".join(f"{k}={v}" for k, v in (best.tuned or {}).items())
+    static = next((r for r in comparison.results if r.policy == "static-best"), None)
+    header = [
+        f"Written by `vllm-autoscaler simulate` for {comparison.workload.key}: {best.policy}"
+        + (f" (tuned: {tuned})" if tuned else ""),
+        f"met the SLO (time to first token beyond own prefill <= {comparison.slo_ttft:g} s for "
+        f"{reporting.percent(comparison.slo_target)} of requests) at {floor_to(best.slo_attainment, 4):.4f} "
+        f"for {best.gpu_hours:.2f} GPU-h",
+        f"on {data['trace']} ({data['requests']} requests over {data['duration_s'] / 3600:.2f} h), with a "
+        f"simulated cold start of {comparison.model.cold_start_s:g} s.",
+    ]
+    if static is not None and comparison.static_best_replicas:
+        header.append(f"static-best: {static.gpu_hours:.2f} GPU-h ({comparison.static_best_replicas} replicas).")
+    text = "".join(f"# {line}\n" for line in header) + yaml.safe_dump(raw, sort_keys=False, width=110)
+    Path(path).write_text(text, encoding="utf-8")
+    if static is not None and static.meets(comparison.slo_target) and static.gpu_hours < best.gpu_hours:
+        print(
+            f"vllm-autoscaler: note: {comparison.static_best_replicas} fixed replicas cost less "
+            f"({static.gpu_hours:.2f} GPU-h against {best.gpu_hours:.2f}); {path} holds {best.policy}, the cheapest "
+            "policy that met the SLO",
+            file=sys.stderr,
+        )
+    print(f"vllm-autoscaler: wrote {best.policy} to {path}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -434,6 +484,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="REPORT.json")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--tune", action="store_true", help="find each policy's cheapest setting that meets the SLO")
+    p.add_argument(
+        "--write-config",
+        metavar="POLICY.yaml",
+        help="write the policy file of the cheapest policy that met the SLO, with the setting it ran with "
+        "(tuned, with --tune), for `run`; exit 1 and write nothing if none met it",
+    )
     p.add_argument("--time-scale", type=_finite, default=1.0, help="2 = replay twice as fast")
     p.add_argument("--cold-start", type=_finite, metavar="SECONDS", help="overrides coldStartSeconds")
     p.add_argument(

@@ -430,6 +430,36 @@ def tune(
     return as_given if cheaper(as_given, best) else best
 
 
+def deployable(document: PolicyFile, result: RunResult, cold_start_s: float) -> dict[str, Any]:
+    """The policy file that runs ``result``'s policy on the first workload as the comparison ran it: the
+    setting ``tune`` found (``result.tuned``) or the file's own block for the type (its defaults if the
+    file sets another type), and the cold start simulated unless the file measures it (``auto``). The
+    other workloads stay as they are. Defaults are left out; the file parses back to the same policy."""
+    workload = document.workloads[0]
+    policy_type = result.policy
+    if result.tuned:
+        knob = KNOBS[policy_type]
+        fixed = {k: v for k, v in result.tuned.items() if k != knob}
+        _, variant = _knob_variant(document, workload, policy_type, result.tuned[knob], fixed)
+    else:
+        _, variant = policy_variant(document, workload, _policy_block(workload, policy_type))
+    if variant.cold_start_seconds != "auto":
+        variant = variant.model_copy(update={"cold_start_seconds": max(0, round(cold_start_s))})
+    written = document.model_copy(update={"workloads": [variant, *document.workloads[1:]]})
+    raw = written.model_dump(by_alias=True, exclude_defaults=True, mode="json")
+    # Defaults that say what the file is about stay: the tick, the target's kind, the metrics' target
+    # types, and the policy block even where it is the default one (threshold).
+    full = _workload_dict(variant)
+    raw = {"interval": written.interval, **raw}
+    raw["workloads"][0].update(
+        target=full["target"],
+        coldStartSeconds=full["coldStartSeconds"],
+        metrics=full["metrics"],
+        policy=dict(variant.policy),
+    )
+    return raw
+
+
 def given_setting(workload: Workload, policy_type: str, settings: dict[str, Any]) -> dict[str, float]:
     """The sizing knob's value (and predictive's trend) that ``workload`` runs its ``policy_type`` policy
     with, from the ``settings`` its contender reports (defaults worked out), named as ``tune`` names its
