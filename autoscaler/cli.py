@@ -152,6 +152,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         REFERENCE_SLO_TARGET,
         REFERENCE_SLO_TTFT_S,
         Shares,
+        builtin_replica,
         builtin_shares,
         headroom_scale,
         load_test_needed,
@@ -185,11 +186,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
         if document is None:
             shares = Shares()
-            if load_test_needed(trace, args.slo_ttft, args.slo_target):
+            if load_test_needed(trace, args.slo_ttft, args.slo_target, model):
                 tighter = tighter_than_reference(args.slo_ttft, args.slo_target)
                 reference = f"{REFERENCE_SLO_TTFT_S:g} s for {reporting.percent(REFERENCE_SLO_TARGET)}"
-                what = (["the trace's requests"] if not trace.builtin_lengths else []) + (
-                    [f"an SLO of {args.slo_ttft:g} s for {reporting.percent(args.slo_target)}"] if tighter else []
+                what = (
+                    (["the trace's requests"] if not trace.builtin_lengths else [])
+                    + ([f"an SLO of {args.slo_ttft:g} s for {reporting.percent(args.slo_target)}"] if tighter else [])
+                    + (["the replica"] if not builtin_replica(model) else [])
                 )
                 print(
                     f"vllm-autoscaler: note: sizing the built-in workload's targets for {' and '.join(what)} by a "
@@ -201,7 +204,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 shares = builtin_shares(model, trace, args.slo_ttft, args.slo_target)
                 print(
                     f"prompt tokens {shares.prompt_tokens:.2f} and running requests {shares.slo:.2f} of their "
-                    f"size for the built-in request lengths at {reference}",
+                    f"size for the built-in request lengths and replica at {reference}"
+                    + (
+                        f" ({shares.replica:.2f} of them for a replica on which the SLO is tighter)"
+                        if shares.replica < 1
+                        else ""
+                    ),
                     file=sys.stderr,
                 )
             scale = headroom_scale(args.slo_target)
@@ -212,7 +220,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             gain = 0.0
-            if not tighter_than_reference(args.slo_ttft, args.slo_target):
+            # A share below 1 already stands for the fleet's pooling (``sizing.pooling_gain``).
+            if not tighter_than_reference(args.slo_ttft, args.slo_target) and shares.replica >= 1:
                 print(
                     f"vllm-autoscaler: note: load-testing how much more a replica carries in a fleet of "
                     f"{POOLED_REPLICAS} than of {LOAD_TEST_REPLICAS} (simulations/sizing.py): ",
@@ -229,6 +238,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
                 "num_requests_running": round(shares.slo, 4),
             }
+            sizing["builtin_replica_share"] = round(shares.replica, 4)
             sizing["builtin_headroom_scale"] = round(scale, 4)
             sizing["builtin_pooling_gain"] = gain
         workload = document.workloads[0]

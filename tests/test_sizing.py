@@ -333,3 +333,31 @@ def test_the_pooling_test_takes_the_rate_the_shares_test_found(monkeypatch: pyte
     monkeypatch.setattr(sizing, "sustained_rate", counted)
     assert pooling_gain(model, requests, 3.0, 0.99, shares.reference_rate) == expected
     assert all(above is not None for above in searches)  # only the larger fleet's search, if any
+
+
+def test_a_replica_that_serves_as_the_builtin_one_needs_no_replica_load_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_load_test(*_: object, **__: object) -> float:
+        raise AssertionError("the built-in replica needs no load test")
+
+    monkeypatch.setattr(sizing, "sustained_rate", no_load_test)
+    elsewhere = ReplicaModel(cold_start_s=60, scrape_interval_s=5, drain=False, gpus_per_replica=8)
+    assert sizing.builtin_replica(elsewhere) and sizing.replica_slack(elsewhere, 2.0, 0.99) == 1.0
+    assert not sizing.builtin_replica(ReplicaModel(prefill_tokens_per_s=600, decode_tokens_per_s=15))
+
+
+@pytest.mark.parametrize(
+    ("replica", "least", "most"),
+    [
+        # A mean prompt (1,155 tokens) takes 1.9 s of the 2 s SLO: 8 replicas sustain 0.40 of the target
+        # where the built-in ones sustain 0.83, so the share is about the root of 0.48.
+        ({"prefill_tokens_per_s": 600, "decode_tokens_per_s": 15}, 0.6, 0.8),
+        # A fast replica keeps the targets: at its saturation, surges need the headroom as they are (README).
+        ({"prefill_tokens_per_s": 8000, "decode_tokens_per_s": 40, "kv_cache_tokens": 200_000}, 1.0, 1.0),
+    ],
+)
+def test_a_replica_on_which_the_slo_is_tighter_takes_a_share_of_the_targets(
+    replica: dict[str, float], least: float, most: float
+) -> None:
+    shares = builtin_shares(ReplicaModel(**replica), chat_requests(), 2.0, 0.99)
+    assert least <= shares.slo <= most
+    assert shares.replica == shares.slo and shares.mix == 1.0
