@@ -152,7 +152,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         REFERENCE_SLO_TARGET,
         REFERENCE_SLO_TTFT_S,
         Shares,
-        builtin_replica,
+        at_least_builtin,
         builtin_shares,
         headroom_scale,
         load_test_needed,
@@ -192,7 +192,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 what = (
                     (["the trace's requests"] if not trace.builtin_lengths else [])
                     + ([f"an SLO of {args.slo_ttft:g} s for {reporting.percent(args.slo_target)}"] if tighter else [])
-                    + (["the replica"] if not builtin_replica(model) else [])
+                    + (["the replica"] if not at_least_builtin(model) else [])
                 )
                 print(
                     f"vllm-autoscaler: note: sizing the built-in workload's targets for {' and '.join(what)} by a "
@@ -238,7 +238,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
                 "num_requests_running": round(shares.slo, 4),
             }
-            sizing["builtin_replica_share"] = round(shares.replica, 4)
+            sizing["at_least_builtin_share"] = round(shares.replica, 4)
             sizing["builtin_headroom_scale"] = round(scale, 4)
             sizing["builtin_pooling_gain"] = gain
         workload = document.workloads[0]

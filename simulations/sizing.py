@@ -44,17 +44,16 @@ LEAST_SHARE = 0.1
 MIX_SPREAD = 0.94
 MOST_MIX_RATIO = 2.0
 # What the load test depends on: a replica that differs from the built-in one only elsewhere (its cold
-# start, the scrape) serves the same load under the same SLO.
-SERVING_FIELDS = (
+# start, the scrape) serves the same load under the same SLO, and one with at least as much of each
+# capacity (and the same routing, caching and step) at least as much.
+CAPACITY_FIELDS = (
     "max_num_seqs",
     "kv_cache_tokens",
     "prefill_tokens_per_s",
     "decode_tokens_per_s",
     "max_num_batched_tokens",
-    "routing",
-    "prefix_caching",
-    "step_s",
 )
+SERVING_FIELDS = (*CAPACITY_FIELDS, "routing", "prefix_caching", "step_s")
 
 
 @dataclass(frozen=True)
@@ -159,13 +158,17 @@ class Shares:
 def load_test_needed(trace: Trace, slo_ttft: float, slo_target: float, model: ReplicaModel) -> bool:
     """Whether ``builtin_shares`` load-tests anything: for a tighter SLO than the reference, for requests
     other than the built-in distribution's, or for a replica that serves otherwise than the built-in one."""
-    return tighter_than_reference(slo_ttft, slo_target) or not trace.builtin_lengths or not builtin_replica(model)
+    return tighter_than_reference(slo_ttft, slo_target) or not trace.builtin_lengths or not at_least_builtin(model)
 
 
-def builtin_replica(model: ReplicaModel) -> bool:
-    """Whether ``model`` serves as the built-in replica does, whatever its other settings."""
-    defaults = {name: ReplicaModel.model_fields[name].default for name in SERVING_FIELDS}
-    return model.model_copy(update=defaults) == model
+def at_least_builtin(model: ReplicaModel) -> bool:
+    """Whether ``model``'s replica has at least each capacity of the built-in one, and serves alike
+    otherwise: then the SLO is no tighter on it, and ``replica_slack`` needs no load test."""
+    builtin = ReplicaModel()
+    alike = all(
+        getattr(model, name) == getattr(builtin, name) for name in SERVING_FIELDS if name not in CAPACITY_FIELDS
+    )
+    return alike and all(getattr(model, name) >= getattr(builtin, name) for name in CAPACITY_FIELDS)
 
 
 def replica_slack(model: ReplicaModel, slo_ttft: float, slo_target: float) -> float:
@@ -177,7 +180,7 @@ def replica_slack(model: ReplicaModel, slo_ttft: float, slo_target: float) -> fl
     A replica whose prefill is slow takes the SLO's time in a prompt or two: 600 prompt tokens/s prefill
     the mean prompt in 1.9 s of a 2 s SLO, and 8 such replicas sustain 0.40 of the target where the
     built-in ones sustain 0.83 (README, "Simulation")."""
-    if builtin_replica(model):
+    if all(getattr(model, name) == getattr(ReplicaModel(), name) for name in SERVING_FIELDS):
         return 1.0
     reference = model.model_copy(update={name: ReplicaModel.model_fields[name].default for name in SERVING_FIELDS})
     own = sustained_rate(LoadTest.of(model, None), model, slo_ttft, slo_target) / model.prefill_tokens_per_s
@@ -232,7 +235,7 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     ratio = 1.0
     if tighter:
         ratio = sustained_rate(test, model, slo_ttft, slo_target, below=reference, steps=TIGHTER_STEPS) / reference
-    replica = min(1.0, replica_slack(model, *sized_for))
+    replica = 1.0 if at_least_builtin(model) else min(1.0, replica_slack(model, *sized_for))
     slo = max(LEAST_SHARE, math.sqrt(min(1.0, ratio * replica)))
     mix = 1.0
     if not trace.builtin_lengths:

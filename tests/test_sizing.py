@@ -335,14 +335,19 @@ def test_the_pooling_test_takes_the_rate_the_shares_test_found(monkeypatch: pyte
     assert all(above is not None for above in searches)  # only the larger fleet's search, if any
 
 
-def test_a_replica_that_serves_as_the_builtin_one_needs_no_replica_load_test(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_replica_with_at_least_the_builtin_ones_capacities_needs_no_replica_load_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def no_load_test(*_: object, **__: object) -> float:
-        raise AssertionError("the built-in replica needs no load test")
+        raise AssertionError("a replica no slower than the built-in one needs no load test")
 
     monkeypatch.setattr(sizing, "sustained_rate", no_load_test)
     elsewhere = ReplicaModel(cold_start_s=60, scrape_interval_s=5, drain=False, gpus_per_replica=8)
-    assert sizing.builtin_replica(elsewhere) and sizing.replica_slack(elsewhere, 2.0, 0.99) == 1.0
-    assert not sizing.builtin_replica(ReplicaModel(prefill_tokens_per_s=600, decode_tokens_per_s=15))
+    assert sizing.at_least_builtin(elsewhere) and sizing.replica_slack(elsewhere, 2.0, 0.99) == 1.0
+    faster = ReplicaModel(prefill_tokens_per_s=8000, decode_tokens_per_s=40, kv_cache_tokens=200_000)
+    assert sizing.at_least_builtin(faster) and builtin_shares(faster, chat_requests(), 2.0, 0.99).replica == 1.0
+    assert not sizing.at_least_builtin(ReplicaModel(prefill_tokens_per_s=600, decode_tokens_per_s=15))
+    assert not sizing.at_least_builtin(ReplicaModel(routing="round-robin"))
 
 
 @pytest.mark.parametrize(
