@@ -238,7 +238,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
                 "num_requests_running": round(shares.slo, 4),
             }
-            sizing["at_least_builtin_share"] = round(shares.replica, 4)
+            sizing["builtin_replica_share"] = round(shares.replica, 4)
             sizing["builtin_headroom_scale"] = round(scale, 4)
             sizing["builtin_pooling_gain"] = gain
         workload = document.workloads[0]
