@@ -22,8 +22,11 @@ not already cover; so the policy scales out ahead of a ramp but never scales in 
 needs the present demand to allow it. A negative headroom runs replicas hotter than the metrics' targets.
 
 A proposal within ``tolerance`` of the current count keeps it, as in the HPA, and so does a need less than
-half a replica above it (``LEAST_RISE_REPLICAS``) unless the tolerance upward is 0: a small fleet would
-otherwise add a replica, and hold it for the scale-down window, on every flicker of a light load's signals.
+``minRiseReplicas`` (by default half a replica) above it unless the tolerance upward is 0: a small fleet
+would otherwise add a replica, and hold it for the scale-down window, on every flicker of a light load's
+signals. With ``minRiseReplicas`` 0, no trend (``maxGrowth`` 0) and no pooling, on ``AverageValue``
+metrics, the policy decides as ``threshold`` does with every target divided by ``1 + headroom`` (but for
+the HPA's rounding of targets to thousandths).
 
 Targets are per replica, but a fleet pools its queue: the more replicas share the arrivals, the fewer
 wait behind a long prompt, and each carries more at the same SLO (square-root staffing). With
@@ -55,9 +58,6 @@ SIGNIFICANCE = 3.0
 DEFAULT_HEADROOM = 0.6
 REFERENCE_HORIZON_S = 315.0  # the default cold start (300 s) and interval (15 s)
 SHORTEST_HORIZON_S = 150.0  # below it, the one-minute signals' own noise, not the drift, sets the headroom
-# A rise of less than this keeps the count, besides the tolerance: at two to four replicas the 10 % band is
-# finer than one replica, and at a light load the one-minute signals' noise crossed it every few minutes.
-LEAST_RISE_REPLICAS = 0.5
 
 
 class PredictiveParams(StrictModel):
@@ -74,6 +74,14 @@ class PredictiveParams(StrictModel):
     )
     pooling_replicas: float = Field(
         default=1.0, alias="poolingReplicas", ge=1, description="the fleet size the targets were measured on"
+    )
+    # At two to four replicas the 10 % band is finer than one replica, and at a light load the one-minute
+    # signals' noise crossed it every few minutes (README, "Policies").
+    min_rise_replicas: float = Field(
+        default=0.5,
+        alias="minRiseReplicas",
+        ge=0,
+        description="a need less than this many replicas above the count keeps it (unless the tolerance is 0)",
     )
 
 
@@ -227,7 +235,7 @@ class PredictivePolicy:
         unpooled = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
         need = pooled_replicas(unpooled, self.params.pooling_gain, self.params.pooling_replicas)
         details.update(forecast=forecast, horizon=self.horizon, headroom=headroom, need=need)
-        small_rise = self.tolerance.up > 0 and 0 < need - current < LEAST_RISE_REPLICAS
+        small_rise = self.tolerance.up > 0 and 0 < need - current < self.params.min_rise_replicas
         if current > 0 and (self.tolerance.within(need / current) or small_rise):
             replicas = current
         else:

@@ -377,6 +377,19 @@ def test_predictive_without_tolerance_moves_on_any_rise() -> None:
 
 
 @pytest.mark.parametrize(
+    ("least", "waiting", "expected"),
+    [
+        (0.0, 4.48, 3),  # no hold: past the 10 % band over two replicas is enough
+        (1.0, 5.0, 2),  # a need of 2.5 rises half a replica, under the one asked
+        (1.0, 6.2, 4),  # 3.1 rises more than one
+    ],
+)
+def test_predictive_holds_rises_under_min_rise_replicas(least: float, waiting: float, expected: int) -> None:
+    policy = {"type": "predictive", "headroom": 0, "minRiseReplicas": least}
+    assert _run(_decider(maxReplicas=50, behavior=FREE, policy=policy), [waiting], 2)[-1] == expected
+
+
+@pytest.mark.parametrize(
     ("cold_start", "policy", "expected"),
     [
         (300, {}, 0.6),  # the reference horizon, 315 s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,7 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
         "maxGrowth": 0.5,
         "poolingGain": gain,
         "poolingReplicas": 8.0,
+        "minRiseReplicas": 0.5,
         "headroom": round(0.6 * (615 / 315) ** 0.5, 4),
         "horizonSeconds": 615.0,
         "trendWindowSeconds": 1230.0,
@@ -377,6 +379,49 @@ def test_tuning_tries_the_same_capacities_for_threshold_and_predictive() -> None
     assert hot.policy["headroom"] == -0.5
 
 
+# Powers of two, so that the threshold's scaled targets are exact: the HPA's arithmetic rounds a target
+# up to thousandths, which a scaled 10.71 would cross (4.284000000000001 is 4.285 to it).
+@pytest.mark.parametrize("headroom", [1.0, -0.5, 3.0])
+def test_predictive_without_trend_hold_or_pooling_decides_as_threshold_at_the_same_capacity(headroom: float) -> None:
+    """What makes tuned predictive cost no more than tuned threshold: its search without the trend, the
+    hold and the pooling runs the threshold's decisions at each capacity tried."""
+    from policies.base import Observation
+    from simulations.compare import _knob_variant
+
+    document = builtin_policy(ReplicaModel(prefill_tokens_per_s=8000), pooling_gain=0.1)
+    workload = document.workloads[0]
+    first = workload.metrics[0].target.value
+    deciders = [
+        doc.decider(wl)
+        for doc, wl in (
+            _knob_variant(document, workload, "threshold", first / (1 + headroom)),
+            _knob_variant(
+                document, workload, "predictive", headroom, {"maxGrowth": 0.0, "minRiseReplicas": 0.0, "poolingGain": 0}
+            ),
+        )
+    ]
+    rng = np.random.default_rng(3)
+    current, seen = [2, 2], set()
+    drift = 0.0
+    for i in range(2000):
+        drift = 0.95 * drift + float(rng.normal(0, 0.2))  # a load wandering about 40k prompt tokens/s
+        level = 40_000 * math.exp(drift)
+        values = {
+            "prompt_tokens_per_second": level,
+            "num_requests_running": level / 400 * float(rng.uniform(0.5, 1.5)),  # on a par with the prompts
+            "num_requests_waiting": float(rng.choice([0.0, rng.exponential(3)])),
+        }
+        if i % 97 == 0:
+            values.pop("num_requests_running")  # a metric missing now and then
+        for k, decider in enumerate(deciders):
+            decision = decider.decide(Observation(15.0 * i, current[k], values))
+            decider.applied(decision)
+            current[k] = decision.desired
+        assert current[0] == current[1], (i, values)
+        seen.add(current[0])
+    assert len(seen) > 5  # the fleet moved both ways, through the tolerance band and past it
+
+
 def test_the_scrape_windows_quantile_is_numpys_to_the_bit() -> None:
     """Rounding differs between the two ways to interpolate in about 1 array in 250; numpy takes the one
     from the upper end past the midpoint, and so must ``quantile_of_few``."""
@@ -546,7 +591,7 @@ def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_mo
         if plain[name].meets(0.99):
             assert tuned[name].gpu_hours <= plain[name].gpu_hours + 1e-9, name
     assert tuned["predictive"].gpu_hours <= tuned["threshold"].gpu_hours + 1e-9
-    assert set(tuned["predictive"].tuned or {}) == {"headroom", "maxGrowth"}
+    assert set(tuned["predictive"].tuned or {}) == {"headroom", "maxGrowth", "minRiseReplicas"}
     assert set(tuned["threshold"].tuned or {}) == {"target"}
 
 
@@ -580,8 +625,13 @@ def test_every_run_of_a_tuning_search_runs_the_policy_tuned(monkeypatch: pytest.
         ("pid", {}, {"setpoint": 500.0}),
         ("pid", {"type": "pid", "metric": "num_requests_waiting"}, {"setpoint": 2.0}),
         ("pid", {"type": "pid", "setpoint": 300}, {"setpoint": 300.0}),
-        ("predictive", {}, {"headroom": 0.6, "maxGrowth": 0.5}),  # worked out for the 300 s cold start
-        ("predictive", {"type": "predictive", "headroom": 0.2, "maxGrowth": 1}, {"headroom": 0.2, "maxGrowth": 1.0}),
+        # worked out for the 300 s cold start
+        ("predictive", {}, {"headroom": 0.6, "maxGrowth": 0.5, "minRiseReplicas": 0.5}),
+        (
+            "predictive",
+            {"type": "predictive", "headroom": 0.2, "maxGrowth": 1, "minRiseReplicas": 0},
+            {"headroom": 0.2, "maxGrowth": 1.0, "minRiseReplicas": 0.0},
+        ),
     ],
 )
 def test_tuning_names_the_setting_it_was_given_as_it_names_the_ones_it_tries(
@@ -610,7 +660,8 @@ def test_tuned_predictive_with_pooling_still_costs_no_more_than_tuned_threshold(
     }
     assert tuned["predictive"].meets(0.99) and tuned["threshold"].meets(0.99)
     assert tuned["predictive"].gpu_hours <= tuned["threshold"].gpu_hours + 1e-9
-    assert {"headroom", "maxGrowth"} <= set(tuned["predictive"].tuned or {}) <= {"headroom", "maxGrowth", "poolingGain"}
+    tuned_keys = {"headroom", "maxGrowth", "minRiseReplicas"}
+    assert tuned_keys <= set(tuned["predictive"].tuned or {}) <= {*tuned_keys, "poolingGain"}
     assert tuned["predictive"].max_replicas > 8  # the fleet grew past the pooling's reference
 
 
