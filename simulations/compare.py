@@ -368,7 +368,8 @@ def tune(
     def value(x: float) -> float:
         return round(math.exp(x) - 1.0, 4) if policy_type == "predictive" else round(math.exp(x), 4)
 
-    no_trend = {"maxGrowth": 0.0, "minRiseReplicas": 0.0} if policy_type == "predictive" else {}
+    # Predictive's search runs without the trend and the hold: with no pooling either, threshold's decisions.
+    as_threshold = {"maxGrowth": 0.0, "minRiseReplicas": 0.0} if policy_type == "predictive" else {}
     budget = allowed_misses(trace, slo_target)
 
     def attempt(x: float, fixed: dict[str, float], full: bool = False) -> RunResult:
@@ -408,14 +409,14 @@ def tune(
     def cheaper(a: RunResult, b: RunResult) -> bool:
         return a.meets(slo_target) and (not b.meets(slo_target) or a.gpu_hours < b.gpu_hours)
 
-    fixed = no_trend
+    fixed = as_threshold
     best_x, best = search(fixed)
-    if no_trend:
+    if as_threshold:
         params = PredictiveParams.model_validate(_policy_block(workload, policy_type))
         if params.pooling_gain > 0:
             # Pooling sizes a large fleet below its targets, which the headroom alone cannot: that search
             # is not the threshold's. Searched without it too, tuned predictive costs no more than it.
-            unpooled = {**no_trend, "poolingGain": 0.0}
+            unpooled = {**as_threshold, "poolingGain": 0.0}
             other_x, other = search(unpooled)
             if cheaper(other, best):
                 fixed, best_x, best = unpooled, other_x, other

@@ -53,7 +53,8 @@ CAPACITY_FIELDS = (
     "decode_tokens_per_s",
     "max_num_batched_tokens",
 )
-SERVING_FIELDS = (*CAPACITY_FIELDS, "routing", "prefix_caching", "step_s")
+SERVING_MODE_FIELDS = ("routing", "prefix_caching", "step_s")
+SERVING_FIELDS = (*CAPACITY_FIELDS, *SERVING_MODE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -165,13 +166,11 @@ def at_least_builtin(model: ReplicaModel) -> bool:
     """Whether ``model``'s replica has at least each capacity of the built-in one, and serves alike
     otherwise: then the SLO is no tighter on it, and ``replica_slack`` needs no load test."""
     builtin = ReplicaModel()
-    alike = all(
-        getattr(model, name) == getattr(builtin, name) for name in SERVING_FIELDS if name not in CAPACITY_FIELDS
-    )
+    alike = all(getattr(model, name) == getattr(builtin, name) for name in SERVING_MODE_FIELDS)
     return alike and all(getattr(model, name) >= getattr(builtin, name) for name in CAPACITY_FIELDS)
 
 
-def replica_slack(model: ReplicaModel, slo_ttft: float, slo_target: float) -> float:
+def replica_slack(model: ReplicaModel, slo_ttft: float, slo_target: float, own_rate: float | None = None) -> float:
     """How much of the built-in prompt-token target ``model``'s replica carries within the SLO, against
     what the built-in replica carries of its own within the reference SLO: the load test's sustained rate
     in units of each one's prefill throughput (the target is half of it), on the built-in request
@@ -179,13 +178,15 @@ def replica_slack(model: ReplicaModel, slo_ttft: float, slo_target: float) -> fl
 
     A replica whose prefill is slow takes the SLO's time in a prompt or two: 600 prompt tokens/s prefill
     the mean prompt in 1.9 s of a 2 s SLO, and 8 such replicas sustain 0.40 of the target where the
-    built-in ones sustain 0.83 (README, "Simulation")."""
-    if all(getattr(model, name) == getattr(ReplicaModel(), name) for name in SERVING_FIELDS):
-        return 1.0
+    built-in ones sustain 0.83 (README, "Simulation"). ``own_rate``: the rate ``model``'s load test of the
+    built-in lengths sustains under the SLO, if ``builtin_shares`` has already found it."""
     reference = model.model_copy(update={name: ReplicaModel.model_fields[name].default for name in SERVING_FIELDS})
-    own = sustained_rate(LoadTest.of(model, None), model, slo_ttft, slo_target) / model.prefill_tokens_per_s
+    if reference == model:
+        return 1.0
+    if own_rate is None:
+        own_rate = sustained_rate(LoadTest.of(model, None), model, slo_ttft, slo_target)
     rate = sustained_rate(LoadTest.of(reference, None), reference, REFERENCE_SLO_TTFT_S, REFERENCE_SLO_TARGET)
-    return own / (rate / reference.prefill_tokens_per_s) if rate > 0 else 1.0
+    return (own_rate / model.prefill_tokens_per_s) / (rate / reference.prefill_tokens_per_s) if rate > 0 else 1.0
 
 
 def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float) -> Shares:
@@ -235,13 +236,18 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     ratio = 1.0
     if tighter:
         ratio = sustained_rate(test, model, slo_ttft, slo_target, below=reference, steps=TIGHTER_STEPS) / reference
-    replica = 1.0 if at_least_builtin(model) else min(1.0, replica_slack(model, *sized_for))
+    # Requests of the built-in lengths on this replica under that SLO: what both the replica's slack and
+    # the trace's mix are measured against, so bisected once for the two.
+    builtin = LoadTest.of(model, None)
+    builtin_rate = 0.0
+    if not at_least_builtin(model) or not trace.builtin_lengths:
+        builtin_rate = sustained_rate(builtin, model, *sized_for)
+    replica = 1.0 if at_least_builtin(model) else min(1.0, replica_slack(model, *sized_for, own_rate=builtin_rate))
     slo = max(LEAST_SHARE, math.sqrt(min(1.0, ratio * replica)))
     mix = 1.0
-    if not trace.builtin_lengths:
-        builtin = builtin_prompt_rate(model, *sized_for)
-        if builtin > 0:
-            mix = mix_share(reference * float(np.mean(test.prompts)) / builtin)
+    if not trace.builtin_lengths and builtin_rate > 0:
+        builtin_prompt_rate = builtin_rate * float(np.mean(builtin.prompts))
+        mix = mix_share(reference * float(np.mean(test.prompts)) / builtin_prompt_rate)
     return Shares(slo, mix, math.sqrt(replica), reference)
 
 
@@ -298,13 +304,6 @@ def headroom_scale(slo_target: float) -> float:
     quantile = NormalDist().inv_cdf
     target = min(slo_target, MOST_TARGET_FOR_HEADROOM)
     return max(0.0, quantile(target)) / quantile(REFERENCE_SLO_TARGET)
-
-
-def builtin_prompt_rate(model: ReplicaModel, slo_ttft: float, slo_target: float) -> float:
-    """The prompt tokens per second that requests of the built-in length distribution sustain under the
-    SLO in the load test."""
-    test = LoadTest.of(model, None)
-    return sustained_rate(test, model, slo_ttft, slo_target) * float(np.mean(test.prompts))
 
 
 def mix_share(ratio: float) -> float:

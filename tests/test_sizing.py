@@ -366,3 +366,21 @@ def test_a_replica_on_which_the_slo_is_tighter_takes_a_share_of_the_targets(
     shares = builtin_shares(ReplicaModel(**replica), chat_requests(), 2.0, 0.99)
     assert least <= shares.slo <= most
     assert shares.replica == shares.slo and shares.mix == 1.0
+
+
+@pytest.mark.usefixtures("short_load_test")
+def test_a_slow_replica_on_a_traces_requests_bisects_each_load_test_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replica's slack and the trace's mix both stand against the built-in lengths on that replica."""
+    searches: list[tuple[float, int, tuple[object, ...]]] = []
+    real = sizing.sustained_rate
+
+    def counted(test: LoadTest, model: ReplicaModel, *args: object, **kwargs: object) -> float:
+        searches.append((model.prefill_tokens_per_s, len(test.prompts), args))
+        return real(test, model, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sizing, "sustained_rate", counted)
+    shares = builtin_shares(
+        ReplicaModel(prefill_tokens_per_s=600, decode_tokens_per_s=15), chat_requests(builtin=False), 2.0, 0.99
+    )
+    assert shares.replica < 1 and shares.mix != 1.0
+    assert len(searches) == len(set(searches)) == 3  # the trace's requests, the built-in lengths, the built-in replica
