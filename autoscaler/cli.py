@@ -140,25 +140,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _StderrNote:
+    """Notes on stderr, a note that ends in ``""`` continued by the next (a load test's, around the test)."""
+
+    def __init__(self) -> None:
+        self.continuing = False
+
+    def __call__(self, text: str, end: str) -> None:
+        print(text if self.continuing else f"vllm-autoscaler: note: {text}", end=end, file=sys.stderr, flush=True)
+        self.continuing = end == ""
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from policies.predictive import pooled_capacity
     from simulations import report as reporting
-    from simulations.compare import DEFAULT_POLICY_TYPES, builtin_policy, compare
+    from simulations.builtin import sized_builtin
+    from simulations.compare import DEFAULT_POLICY_TYPES, compare
     from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
-    from simulations.sizing import (
-        LOAD_TEST_REPLICAS,
-        POOLED_REPLICAS,
-        REFERENCE_SLO_TARGET,
-        REFERENCE_SLO_TTFT_S,
-        Shares,
-        at_least_builtin,
-        builtin_shares,
-        headroom_scale,
-        load_test_needed,
-        pooling_gain,
-        tighter_than_reference,
-    )
     from simulations.traces import TraceError, load_trace
 
     document = None
@@ -185,62 +183,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica])
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
         if document is None:
-            shares = Shares()
-            if load_test_needed(trace, args.slo_ttft, args.slo_target, model):
-                tighter = tighter_than_reference(args.slo_ttft, args.slo_target)
-                reference = f"{REFERENCE_SLO_TTFT_S:g} s for {reporting.percent(REFERENCE_SLO_TARGET)}"
-                what = (
-                    (["the trace's requests"] if not trace.builtin_lengths else [])
-                    + ([f"an SLO of {args.slo_ttft:g} s for {reporting.percent(args.slo_target)}"] if tighter else [])
-                    + (["the replica"] if not at_least_builtin(model) else [])
-                )
-                print(
-                    f"vllm-autoscaler: note: sizing the built-in workload's targets for {' and '.join(what)} by a "
-                    "load test of the replica model (simulations/sizing.py): ",
-                    end="",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                shares = builtin_shares(model, trace, args.slo_ttft, args.slo_target)
-                print(
-                    f"prompt tokens {shares.prompt_tokens:.2f} and running requests {shares.slo:.2f} of their "
-                    f"size for the built-in request lengths and replica at {reference}"
-                    + (
-                        f" ({shares.replica:.2f} of them for a replica on which the SLO is tighter)"
-                        if shares.replica < 1
-                        else ""
-                    ),
-                    file=sys.stderr,
-                )
-            scale = headroom_scale(args.slo_target)
-            if scale != 1.0:
-                print(
-                    f"vllm-autoscaler: note: the built-in workload holds {scale:.2f} of predictive's default "
-                    f"headroom for a target of {reporting.percent(args.slo_target)} (simulations/sizing.py)",
-                    file=sys.stderr,
-                )
-            gain = 0.0
-            # A share below 1 already stands for the fleet's pooling (``sizing.pooling_gain``).
-            if not tighter_than_reference(args.slo_ttft, args.slo_target) and shares.replica >= 1:
-                print(
-                    f"vllm-autoscaler: note: load-testing how much more a replica carries in a fleet of "
-                    f"{POOLED_REPLICAS} than of {LOAD_TEST_REPLICAS} (simulations/sizing.py): ",
-                    end="",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                # The looser or reference SLO is the one the shares' load test ran under, if it ran.
-                gain = pooling_gain(model, trace, args.slo_ttft, args.slo_target, shares.reference_rate)
-                pooled = pooled_capacity(POOLED_REPLICAS, gain, LOAD_TEST_REPLICAS)
-                print(f"{pooled:.2f} times as much, poolingGain {gain:g} a doubling", file=sys.stderr)
-            document = builtin_policy(model, trace, shares.slo, shares.mix, scale, gain)
-            sizing["builtin_target_shares"] = {
-                "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
-                "num_requests_running": round(shares.slo, 4),
-            }
-            sizing["builtin_replica_share"] = round(shares.replica, 4)
-            sizing["builtin_headroom_scale"] = round(scale, 4)
-            sizing["builtin_pooling_gain"] = gain
+            document, sizing = sized_builtin(model, trace, args.slo_ttft, args.slo_target, _StderrNote())
         workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)
