@@ -1,0 +1,242 @@
+"""A policy judged on a set of traces, not on one: ``python -m simulations.matrix`` (from the repository root).
+
+One trace is one sample (README, "One trace is one sample"): a default that meets the SLO by a few requests
+on the built-in day misses it on the next day of the same traffic. This benchmark runs, on every scenario of
+a set, the built-in workload's default ``predictive`` and a variant of it (``--set key=value``, the policy
+block's parameters, as in a policy file), against the fixed fleet that meets the SLO there
+(``static-best``), each scenario sized and searched exactly as ``vllm-autoscaler simulate`` does it.
+
+* ``short`` (the default set): the built-in generator's seeds 0-9 at cold starts of 60, 120 and 300 s; the
+  Azure conversation hour at 60 to 600 s; the ServeGen file's first two days (10-minute windows, about 3
+  requests/s) at 60 and 300 s; the built-in day at a 99.9 % target, with a 1 s SLO and with a 1 s cold
+  start; a 3-hour ramp: 42 scenarios.
+* ``long``: a two-day trace (1 million requests) and a sparse week (0.3 requests/s), at 300 s.
+
+The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
+``--cache`` (they do not depend on the variant); delete it when the simulator, the sizing or the default
+changes. Scenarios run one per core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import simulations.compare as comparing
+from autoscaler.policy_file import parse_policy_document
+from simulations.builtin import sized_builtin
+from simulations.compare import _Shared, policy_contender, policy_variant, static_best
+from simulations.replica_model import ReplicaModel, parse_overrides
+from simulations.runner import oracle_bound, run
+from simulations.traces import Trace, load_trace, read_rate, synthetic_day
+
+TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+SERVEGEN = "servegen_m-mid_rate_600s.csv"
+SERVEGEN_RATE_SCALE = 4 / 1790  # its first day's mean to about 3 requests/s
+SERVEGEN_DAY_WINDOWS = 144
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    trace: Callable[[], Trace]
+    cold_start_s: float
+    slo_ttft: float = 2.0
+    slo_target: float = 0.99
+
+
+def _servegen_day(day: int) -> Trace:
+    lines = (TRACES / SERVEGEN).read_text().splitlines()
+    window = lines[1 + day * SERVEGEN_DAY_WINDOWS : 1 + (day + 1) * SERVEGEN_DAY_WINDOWS]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"servegen_day{day + 1}.csv"
+        path.write_text("\n".join([lines[0], *window]) + "\n")
+        return read_rate(path, seed=0, rate_scale=SERVEGEN_RATE_SCALE)
+
+
+def _ramp() -> Trace:
+    """An hour at 1 request/s, a rise to 8 over 30 minutes, an hour and a half at 8."""
+    rows = ["window_start_s,rate_rps"]
+    for start in range(0, 3 * 3600, 60):
+        rate = 1.0 if start < 3600 else min(8.0, 1.0 + 7.0 * (start - 3600) / 1800)
+        rows.append(f"{start},{rate}")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "ramp.csv"
+        path.write_text("\n".join(rows) + "\n")
+        return read_rate(path, seed=0)
+
+
+def scenarios(which: str) -> list[Scenario]:
+    if which == "long":
+        return [
+            Scenario("two-days@300", partial(synthetic_day, 3, 5.8, 48.0, 12), 300),
+            Scenario("sparse-week@300", partial(synthetic_day, 3, 0.3, 168.0, 7), 300),
+        ]
+    found: list[Scenario] = []
+    for seed in range(10):
+        for cold in (60, 120, 300):
+            found.append(Scenario(f"day{seed}@{cold}", partial(synthetic_day, seed), cold))
+    azure = TRACES / "azure_llm_2023_conv.csv"
+    for cold in (60, 120, 300, 600):
+        found.append(Scenario(f"azure@{cold}", partial(load_trace, azure), cold))
+    for day in (0, 1):
+        for cold in (60, 300):
+            found.append(Scenario(f"servegen{day + 1}@{cold}", partial(_servegen_day, day), cold))
+    found += [
+        Scenario("day0@300,99.9%", synthetic_day, 300, slo_target=0.999),
+        Scenario("day0@120,slo1s", synthetic_day, 120, slo_ttft=1.0),
+        Scenario("day0@1", synthetic_day, 1),
+        Scenario("ramp@300", _ramp, 300),
+    ]
+    return found
+
+
+@dataclass
+class Baseline:
+    document: dict[str, Any]
+    initial: int
+    static_replicas: int | None
+    static_gpu_hours: float
+    oracle_gpu_hours: float
+    default_gpu_hours: float
+    default_slo: float
+
+
+def _model(scenario: Scenario) -> ReplicaModel:
+    return parse_overrides([f"cold_start_s={scenario.cold_start_s}"])
+
+
+def _baseline(scenario: Scenario, trace: Trace, model: ReplicaModel) -> Baseline:
+    document, _ = sized_builtin(model, trace, scenario.slo_ttft, scenario.slo_target)
+    workload = document.workloads[0]
+    lo, hi = workload.min_replicas, workload.max_replicas
+    bound = oracle_bound(trace, model, lo, scenario.slo_ttft, scenario.slo_target)
+    searching = _Shared(trace, model, document, workload, hi, scenario.slo_ttft, scenario.slo_target)
+    best, best_run, _ = static_best(searching, lo, hi, float(bound.replicas_per_window.max()))
+    initial = best if best is not None else hi
+    default = run(trace, model, policy_contender(document, workload, model), initial, scenario.slo_ttft, timeline=False)
+    raw = document.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return Baseline(raw, initial, best, best_run.gpu_hours, bound.gpu_hours, default.gpu_hours, default.slo_attainment)
+
+
+_JOBS: list[tuple[Scenario, dict[str, Any], Path]] = []  # set before the workers fork: scenarios hold closures
+
+
+def _one(index: int) -> dict[str, Any]:
+    scenario, settings, cache = _JOBS[index]
+    started = time.monotonic()
+    trace = scenario.trace()
+    model = _model(scenario)
+    key = hashlib.sha256(scenario.name.encode()).hexdigest()[:16]
+    cached = cache / f"{key}.json"
+    if cached.exists():
+        baseline = Baseline(**json.loads(cached.read_text()))
+    else:
+        baseline = _baseline(scenario, trace, model)
+        cached.write_text(json.dumps(asdict(baseline)))
+    row: dict[str, Any] = {
+        "scenario": scenario.name,
+        "static_replicas": baseline.static_replicas,
+        "min_replicas": baseline.document["workloads"][0]["minReplicas"],
+        "static_gpu_hours": round(baseline.static_gpu_hours, 1),
+        "oracle_gpu_hours": round(baseline.oracle_gpu_hours, 1),
+        "default_gpu_hours": round(baseline.default_gpu_hours, 1),
+        "default_slo": round(baseline.default_slo, 4),
+    }
+    if settings:
+        document = parse_policy_document(baseline.document, "<matrix>")
+        workload = document.workloads[0]
+        variant_doc, variant = policy_variant(document, workload, {**dict(workload.policy), **settings})
+        result = run(
+            trace,
+            model,
+            policy_contender(variant_doc, variant, model),
+            baseline.initial,
+            scenario.slo_ttft,
+            timeline=False,
+        )
+        row.update(variant_gpu_hours=round(result.gpu_hours, 1), variant_slo=round(result.slo_attainment, 4))
+    row["elapsed_s"] = round(time.monotonic() - started, 1)
+    return row
+
+
+def _verdict(row: dict[str, Any], target: float, prefix: str) -> str:
+    if f"{prefix}_gpu_hours" not in row:
+        return ""
+    meets = row[f"{prefix}_slo"] >= target
+    cheaper = row[f"{prefix}_gpu_hours"] < row["static_gpu_hours"]
+    if meets and not cheaper and row["static_replicas"] == row["min_replicas"]:
+        return "floor"  # the fixed fleet is the workload's least: no policy can hold fewer
+    return "miss" if not meets else ("win" if cheaper else "dear")
+
+
+def summary(rows: list[dict[str, Any]], targets: dict[str, float]) -> dict[str, dict[str, int]]:
+    """Per contender, over the scenarios a fixed fleet meets: how many it meets for less (``win``), meets
+    for more (``dear``; ``floor`` where the fixed fleet is ``minReplicas``), misses (``miss``)."""
+    counts: dict[str, dict[str, int]] = {}
+    for prefix in ("default", "variant"):
+        tally = {"win": 0, "dear": 0, "floor": 0, "miss": 0}
+        for row in rows:
+            if row["static_replicas"] is not None and (verdict := _verdict(row, targets[row["scenario"]], prefix)):
+                tally[verdict] += 1
+        if any(tally.values()):
+            counts[prefix] = tally
+    return counts
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected key=value")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulations.matrix", description=__doc__.splitlines()[0])
+    parser.add_argument("--set", dest="settings", type=_setting, action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--scenarios", choices=["short", "long"], default="short")
+    parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vllm-autoscaler-matrix")
+    parser.add_argument("--jobs", type=int, default=mp.cpu_count())
+    parser.add_argument("--out", type=Path, help="the rows as JSON")
+    args = parser.parse_args(argv)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    chosen = [s for s in scenarios(args.scenarios) if args.only in s.name]
+    settings = dict(args.settings)
+    comparing.PARALLEL_MIN_REQUESTS = 10**12  # one scenario per process, each of them serial
+    _JOBS[:] = [(s, settings, args.cache) for s in chosen]
+    targets = {s.name: s.slo_target for s in chosen}
+    rows: list[dict[str, Any]] = []
+    header = f"{'scenario':<18} {'static':>12} {'default':>16} {'variant':>16}"
+    print(header)
+    with mp.get_context("fork").Pool(max(1, args.jobs)) as pool:
+        for row in pool.imap(_one, range(len(_JOBS))):
+            rows.append(row)
+            static = f"{row['static_replicas']}, {row['static_gpu_hours']}" if row["static_replicas"] else "none"
+            cells = [f"{row['scenario']:<18} {static:>12}"]
+            for prefix in ("default", "variant"):
+                if f"{prefix}_gpu_hours" in row:
+                    verdict = _verdict(row, targets[row["scenario"]], prefix)
+                    cells.append(f"{row[f'{prefix}_gpu_hours']:>7} {row[f'{prefix}_slo']:.4f} {verdict:<5}")
+            print(" ".join(cells), flush=True)
+    print(json.dumps({"settings": settings, "summary": summary(rows, targets)}))
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
