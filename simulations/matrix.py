@@ -3,8 +3,9 @@
 One trace is one sample (README, "One trace is one sample"): a default that meets the SLO by a few requests
 on the built-in day misses it on the next day of the same traffic. This benchmark runs, on every scenario of
 a set, the built-in workload's default ``predictive`` and a variant of it (``--set key=value``, the policy
-block's parameters, as in a policy file), against the fixed fleet that meets the SLO there
-(``static-best``), each scenario sized and searched exactly as ``vllm-autoscaler simulate`` does it.
+block's parameters, as in a policy file; ``--behavior JSON``, the workload's behavior), against the fixed
+fleet that meets the SLO there (``static-best``), each scenario sized and searched exactly as
+``vllm-autoscaler simulate`` does it.
 
 * ``short`` (the default set): the built-in generator's seeds 0-9 at cold starts of 60, 120 and 300 s; the
   Azure conversation hour at 60 to 600 s; the ServeGen file's first two days (10-minute windows, about 3
@@ -154,9 +155,13 @@ def _one(index: int) -> dict[str, Any]:
         "default_slo": round(baseline.default_slo, 4),
     }
     if settings:
-        document = parse_policy_document(baseline.document, "<matrix>")
+        raw = json.loads(json.dumps(baseline.document))
+        if "behavior" in settings:
+            raw["workloads"][0]["behavior"] = settings["behavior"]
+        document = parse_policy_document(raw, "<matrix>")
         workload = document.workloads[0]
-        variant_doc, variant = policy_variant(document, workload, {**dict(workload.policy), **settings})
+        policy = {**dict(workload.policy), **settings.get("policy", {})}
+        variant_doc, variant = policy_variant(document, workload, policy)
         result = run(
             trace,
             model,
@@ -206,7 +211,16 @@ def _setting(text: str) -> tuple[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulations.matrix", description=__doc__.splitlines()[0])
-    parser.add_argument("--set", dest="settings", type=_setting, action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a policy parameter",
+    )
+    parser.add_argument("--behavior", type=json.loads, help="the workload's behavior block, as JSON")
     parser.add_argument("--scenarios", choices=["short", "long"], default="short")
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vllm-autoscaler-matrix")
@@ -215,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     chosen = [s for s in scenarios(args.scenarios) if args.only in s.name]
-    settings = dict(args.settings)
+    settings: dict[str, Any] = {"policy": dict(args.settings)} if args.settings else {}
+    if args.behavior is not None:
+        settings["behavior"] = args.behavior
     comparing.PARALLEL_MIN_REQUESTS = 10**12  # one scenario per process, each of them serial
     _JOBS[:] = [(s, settings, args.cache) for s in chosen]
     targets = {s.name: s.slo_target for s in chosen}
