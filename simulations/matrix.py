@@ -36,9 +36,9 @@ from typing import Any
 import simulations.compare as comparing
 from autoscaler.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
-from simulations.compare import _Shared, policy_contender, policy_variant, static_best
+from simulations.compare import _Shared, policy_contender, policy_variant, static_best, tune
 from simulations.replica_model import ReplicaModel, parse_overrides
-from simulations.runner import oracle_bound, run
+from simulations.runner import RunResult, oracle_bound, run
 from simulations.traces import Trace, load_trace, read_rate, synthetic_day
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
@@ -154,25 +154,39 @@ def _one(index: int) -> dict[str, Any]:
         "default_gpu_hours": round(baseline.default_gpu_hours, 1),
         "default_slo": round(baseline.default_slo, 4),
     }
-    if settings:
-        raw = json.loads(json.dumps(baseline.document))
-        if "behavior" in settings:
-            raw["workloads"][0]["behavior"] = settings["behavior"]
-        document = parse_policy_document(raw, "<matrix>")
-        workload = document.workloads[0]
-        policy = {**dict(workload.policy), **settings.get("policy", {})}
-        variant_doc, variant = policy_variant(document, workload, policy)
-        result = run(
-            trace,
-            model,
-            policy_contender(variant_doc, variant, model),
-            baseline.initial,
-            scenario.slo_ttft,
-            timeline=False,
-        )
-        row.update(variant_gpu_hours=round(result.gpu_hours, 1), variant_slo=round(result.slo_attainment, 4))
+    raw = json.loads(json.dumps(baseline.document))
+    if "behavior" in settings:
+        raw["workloads"][0]["behavior"] = settings["behavior"]
+    document = parse_policy_document(raw, "<matrix>")
+    workload = document.workloads[0]
+    variant_doc, variant = policy_variant(document, workload, {**dict(workload.policy), **settings.get("policy", {})})
+    if settings.keys() - {"tune"}:
+        contender = policy_contender(variant_doc, variant, model)
+        _record(row, "variant", run(trace, model, contender, baseline.initial, scenario.slo_ttft, timeline=False))
+    if settings.get("tune"):
+        for policy_type in ("predictive", "threshold"):
+            result = tune(
+                trace,
+                model,
+                variant_doc,
+                variant,
+                policy_type,
+                baseline.initial,
+                scenario.slo_ttft,
+                scenario.slo_target,
+                lambda _: None,
+            )
+            _record(row, f"tuned_{policy_type}", result)
     row["elapsed_s"] = round(time.monotonic() - started, 1)
     return row
+
+
+def _record(row: dict[str, Any], prefix: str, result: RunResult) -> None:
+    row[f"{prefix}_gpu_hours"] = round(result.gpu_hours, 1)
+    row[f"{prefix}_slo"] = round(result.slo_attainment, 4)
+
+
+PREFIXES = ("default", "variant", "tuned_predictive", "tuned_threshold")
 
 
 def _verdict(row: dict[str, Any], target: float, prefix: str) -> str:
@@ -189,13 +203,26 @@ def summary(rows: list[dict[str, Any]], targets: dict[str, float]) -> dict[str, 
     """Per contender, over the scenarios a fixed fleet meets: how many it meets for less (``win``), meets
     for more (``dear``; ``floor`` where the fixed fleet is ``minReplicas``), misses (``miss``)."""
     counts: dict[str, dict[str, int]] = {}
-    for prefix in ("default", "variant"):
+    for prefix in PREFIXES:
         tally = {"win": 0, "dear": 0, "floor": 0, "miss": 0}
         for row in rows:
             if row["static_replicas"] is not None and (verdict := _verdict(row, targets[row["scenario"]], prefix)):
                 tally[verdict] += 1
         if any(tally.values()):
             counts[prefix] = tally
+    tuned = [row for row in rows if "tuned_predictive_gpu_hours" in row]
+    if tuned:
+        # The issue's second test: tuned predictive at no more GPU-hours than tuned threshold, where it meets.
+        counts["tuned_predictive_vs_threshold"] = {"no_dearer": 0, "dearer": 0, "misses": 0}
+        for row in tuned:
+            target = targets[row["scenario"]]
+            if row["tuned_predictive_slo"] < target:
+                key = "misses"
+            elif row["tuned_threshold_slo"] < target:
+                key = "no_dearer"
+            else:
+                key = "no_dearer" if row["tuned_predictive_gpu_hours"] <= row["tuned_threshold_gpu_hours"] else "dearer"
+            counts["tuned_predictive_vs_threshold"][key] += 1
     return counts
 
 
@@ -221,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a policy parameter",
     )
     parser.add_argument("--behavior", type=json.loads, help="the workload's behavior block, as JSON")
+    parser.add_argument("--tune", action="store_true", help="also tune predictive and threshold (as simulate --tune)")
     parser.add_argument("--scenarios", choices=["short", "long"], default="short")
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vllm-autoscaler-matrix")
@@ -232,18 +260,20 @@ def main(argv: list[str] | None = None) -> int:
     settings: dict[str, Any] = {"policy": dict(args.settings)} if args.settings else {}
     if args.behavior is not None:
         settings["behavior"] = args.behavior
+    if args.tune:
+        settings["tune"] = True
     comparing.PARALLEL_MIN_REQUESTS = 10**12  # one scenario per process, each of them serial
     _JOBS[:] = [(s, settings, args.cache) for s in chosen]
     targets = {s.name: s.slo_target for s in chosen}
     rows: list[dict[str, Any]] = []
-    header = f"{'scenario':<18} {'static':>12} {'default':>16} {'variant':>16}"
+    header = f"{'scenario':<18} {'static':>12} " + " ".join(f"{p.replace('tuned_', 'tuned '):>18}" for p in PREFIXES)
     print(header)
     with mp.get_context("fork").Pool(max(1, args.jobs)) as pool:
         for row in pool.imap(_one, range(len(_JOBS))):
             rows.append(row)
             static = f"{row['static_replicas']}, {row['static_gpu_hours']}" if row["static_replicas"] else "none"
             cells = [f"{row['scenario']:<18} {static:>12}"]
-            for prefix in ("default", "variant"):
+            for prefix in PREFIXES:
                 if f"{prefix}_gpu_hours" in row:
                     verdict = _verdict(row, targets[row["scenario"]], prefix)
                     cells.append(f"{row[f'{prefix}_gpu_hours']:>7} {row[f'{prefix}_slo']:.4f} {verdict:<5}")
