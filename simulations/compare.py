@@ -445,43 +445,6 @@ def tune(
     return as_given if cheaper(as_given, best) else best
 
 
-def at_threshold_capacity(
-    trace: Trace,
-    model: ReplicaModel,
-    document: PolicyFile,
-    workload: Workload,
-    initial: int,
-    slo_ttft: float,
-    slo_target: float,
-    predictive: RunResult,
-    threshold: RunResult,
-) -> RunResult:
-    """Tuned ``predictive``, or, where tuned ``threshold`` met the SLO for less, predictive run at the
-    capacity threshold found, in threshold's decisions (no trend, hold or pooling), if that meets it for
-    less still.
-
-    The two searches try the same capacities, but threshold's scaled targets are rounded to thousandths
-    as the HPA rounds them, so a run at the edge of the SLO can meet in one search and miss in the other,
-    and from there they bisect apart: on the two-day trace tuned threshold found 3,842.9 GPU-h and tuned
-    predictive 3,911.3 before this run.
-    """
-
-    def cheaper(a: RunResult, b: RunResult) -> bool:
-        return a.meets(slo_target) and (not b.meets(slo_target) or a.gpu_hours < b.gpu_hours)
-
-    target = (threshold.tuned or {}).get("target")
-    if target is None or not cheaper(threshold, predictive):
-        return predictive
-    headroom = max(-0.75, round(workload.metrics[0].target.value / target - 1.0, 4))
-    fixed = {"maxGrowth": 0.0, "minRiseReplicas": 0.0}
-    if PredictiveParams.model_validate(_policy_block(workload, "predictive")).pooling_gain > 0:
-        fixed["poolingGain"] = 0.0
-    doc, wl = _knob_variant(document, workload, "predictive", headroom, fixed)
-    contender = policy_contender(doc, wl, model, "predictive", {"headroom": headroom, **fixed})
-    result = run(trace, model, contender, initial, slo_ttft)
-    return result if cheaper(result, predictive) else predictive
-
-
 def deployable(document: PolicyFile, result: RunResult, cold_start_s: float) -> dict[str, Any]:
     """The policy file that runs ``result``'s policy on the first workload as the comparison ran it: the
     setting ``tune`` found (``result.tuned``) or the file's own block for the type (its defaults if the
@@ -665,12 +628,6 @@ def compare(
     # baseline one, so a pool of one per core would leave the last search alone on one core. Untuned runs
     # are of a length, and more processes than cores only make them contend for the caches.
     result.results.extend(ahead if ahead is not None else _run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
-    if tuning and {"threshold", "predictive"} <= set(policy_types):
-        by_name = {r.policy: i for i, r in enumerate(result.results)}
-        p, t = result.results[by_name["predictive"]], result.results[by_name["threshold"]]
-        result.results[by_name["predictive"]] = at_threshold_capacity(
-            trace, model, document, workload, initial, slo_ttft, slo_target, p, t
-        )
     result.results.append(best_run)
     result.oracle_gpu_hours = bound.gpu_hours
     result.oracle_max_replicas = math.ceil(busiest - 1e-9)

@@ -36,7 +36,7 @@ from typing import Any
 import simulations.compare as comparing
 from autoscaler.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
-from simulations.compare import _Shared, at_threshold_capacity, policy_contender, policy_variant, static_best, tune
+from simulations.compare import _Shared, policy_contender, policy_variant, static_best, tune
 from simulations.replica_model import ReplicaModel, parse_overrides
 from simulations.runner import RunResult, oracle_bound, run
 from simulations.traces import Trace, load_trace, read_rate, synthetic_day
@@ -164,8 +164,8 @@ def _one(index: int) -> dict[str, Any]:
         contender = policy_contender(variant_doc, variant, model)
         _record(row, "variant", run(trace, model, contender, baseline.initial, scenario.slo_ttft, timeline=False))
     if settings.get("tune"):
-        tuned = {
-            policy_type: tune(
+        for policy_type in ("predictive", "threshold"):
+            result = tune(
                 trace,
                 model,
                 variant_doc,
@@ -176,20 +176,6 @@ def _one(index: int) -> dict[str, Any]:
                 scenario.slo_target,
                 lambda _: None,
             )
-            for policy_type in ("predictive", "threshold")
-        }
-        tuned["predictive"] = at_threshold_capacity(
-            trace,
-            model,
-            variant_doc,
-            variant,
-            baseline.initial,
-            scenario.slo_ttft,
-            scenario.slo_target,
-            tuned["predictive"],
-            tuned["threshold"],
-        )
-        for policy_type, result in tuned.items():
             _record(row, f"tuned_{policy_type}", result)
     row["elapsed_s"] = round(time.monotonic() - started, 1)
     return row

@@ -902,26 +902,3 @@ def test_the_written_file_keeps_the_other_workloads_and_a_measured_cold_start() 
     assert written.workloads[0].cold_start_seconds == "auto"  # the daemon measures it; the run's 95 s was one guess
     assert written.workloads[1] == document.workloads[1]
     assert written.workloads[0].metrics == document.workloads[0].metrics
-
-
-def test_tuned_predictive_takes_threshold_capacity_where_tuned_threshold_found_it_cheaper() -> None:
-    """The two searches can bisect apart at the SLO's edge (threshold's targets are rounded to
-    thousandths); where tuned threshold met the SLO for less, predictive runs at its capacity."""
-    from dataclasses import replace
-
-    from simulations.compare import _knob_variant, at_threshold_capacity, policy_contender
-
-    trace = synthetic_day(seed=1, mean_rps=0.5, hours=0.1, bursts=0)
-    model = ReplicaModel(cold_start_s=60)
-    document = builtin_policy(pooling_gain=0.1)
-    workload = document.workloads[0]
-    half = workload.metrics[0].target.value / 2  # a power of two: the scaled targets are exact
-    doc, wl = _knob_variant(document, workload, "threshold", half)
-    threshold = run(trace, model, policy_contender(doc, wl, model, "threshold", {"target": half}), 2, 2.0)
-    assert threshold.meets(0.99)
-    dearer = replace(threshold, policy="predictive", gpu_hours=threshold.gpu_hours + 10, tuned={"headroom": 0.5})
-    matched = at_threshold_capacity(trace, model, document, workload, 2, 2.0, 0.99, dearer, threshold)
-    assert matched.tuned == {"headroom": 1.0, "maxGrowth": 0.0, "minRiseReplicas": 0.0, "poolingGain": 0.0}
-    assert matched.gpu_hours == pytest.approx(threshold.gpu_hours)
-    cheaper = replace(dearer, gpu_hours=threshold.gpu_hours - 1)
-    assert at_threshold_capacity(trace, model, document, workload, 2, 2.0, 0.99, cheaper, threshold) is cheaper
