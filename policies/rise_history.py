@@ -35,14 +35,11 @@ class RiseHistory:
     pending: deque[tuple[float, float]] = field(default_factory=deque)  # smoothed samples, the last horizon
     expiring: deque[tuple[float, float]] = field(default_factory=deque)  # (when, rise), oldest first
     rises: list[float] = field(default_factory=list)  # the same rises, sorted
-    first: float | None = None
 
     def update(self, demand: float, now: float) -> None:
         """Take the demand at ``now``; samples at or before the last one are ignored."""
         if self.pending and now <= self.pending[-1][0]:
             return
-        if self.first is None:
-            self.first = now
         self.recent.append(demand)
         if len(self.recent) > SMOOTHING_TICKS:
             self.recent.popleft()

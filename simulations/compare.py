@@ -353,7 +353,9 @@ def tune(
     the SLO is kept. Then the trend, and after it the hold, as the file sets them, are tried at the
     headroom found, each kept if it meets the SLO for less (or alone meets it). Headroom 0 in threshold's
     decisions is tried too (threshold's own targets, which tuned ``threshold`` runs as given). So tuned
-    ``predictive`` costs no more than tuned ``threshold``, and the report says whether the trend, the pooling and the
+    ``predictive`` costs no more than tuned ``threshold`` but where the two searches part at the SLO's
+    edge (threshold's scaled targets are rounded to thousandths, the headroom is not: README, the two-day
+    trace), and the report says whether the trend, the pooling and the
     hold paid. The hold is not searched with: on small fleets it keeps one replica fewer for a need less
     than half a replica higher, and a surge that meets that fleet waits a cold start for the difference
     (an H100-like replica on the built-in day's shape at 16 requests/s: at threshold's tuned capacity the
@@ -414,17 +416,17 @@ def tune(
     best_x, best = search(fixed)
     if as_threshold:
         params = PredictiveParams.model_validate(_policy_block(workload, policy_type))
+        unpooled = {**as_threshold, "poolingGain": 0.0}
         if params.pooling_gain > 0:
             # Pooling sizes a large fleet below its targets, which the headroom alone cannot: that search
             # is not the threshold's. Searched without it too, tuned predictive costs no more than it.
-            unpooled = {**as_threshold, "poolingGain": 0.0}
             other_x, other = search(unpooled)
             if cheaper(other, best):
                 fixed, best_x, best = unpooled, other_x, other
         # Tuned threshold also runs its targets as given, which no step of the bisection may land on: the
         # same capacity is headroom 0 in threshold's decisions (the built-in day at a 1 s cold start: tuned
         # threshold 72.84 GPU-h there, tuned predictive 73.88 at headroom 0.0788 without this run).
-        as_targets = {**as_threshold, "poolingGain": 0.0} if params.pooling_gain > 0 else as_threshold
+        as_targets = unpooled if params.pooling_gain > 0 else as_threshold
         at_targets = attempt(0.0, as_targets)
         if cheaper(at_targets, best):
             fixed, best_x, best = as_targets, 0.0, at_targets

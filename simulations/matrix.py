@@ -21,6 +21,7 @@ changes. Scenarios run one per core.
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import multiprocessing as mp
@@ -56,13 +57,18 @@ class Scenario:
     slo_target: float = 0.99
 
 
+def _rate_trace(name: str, lines: list[str], rate_scale: float = 1.0) -> Trace:
+    """A rate-per-window trace from the lines of its CSV (header first), read as ``--trace`` reads one."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_text("\n".join(lines) + "\n")
+        return read_rate(path, seed=0, rate_scale=rate_scale)
+
+
 def _servegen_day(day: int) -> Trace:
     lines = (TRACES / SERVEGEN).read_text().splitlines()
     window = lines[1 + day * SERVEGEN_DAY_WINDOWS : 1 + (day + 1) * SERVEGEN_DAY_WINDOWS]
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"servegen_day{day + 1}.csv"
-        path.write_text("\n".join([lines[0], *window]) + "\n")
-        return read_rate(path, seed=0, rate_scale=SERVEGEN_RATE_SCALE)
+    return _rate_trace(f"servegen_day{day + 1}.csv", [lines[0], *window], SERVEGEN_RATE_SCALE)
 
 
 def _ramp() -> Trace:
@@ -71,10 +77,7 @@ def _ramp() -> Trace:
     for start in range(0, 3 * 3600, 60):
         rate = 1.0 if start < 3600 else min(8.0, 1.0 + 7.0 * (start - 3600) / 1800)
         rows.append(f"{start},{rate}")
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "ramp.csv"
-        path.write_text("\n".join(rows) + "\n")
-        return read_rate(path, seed=0)
+    return _rate_trace("ramp.csv", rows)
 
 
 def scenarios(which: str) -> list[Scenario]:
@@ -154,7 +157,7 @@ def _one(index: int) -> dict[str, Any]:
         "default_gpu_hours": round(baseline.default_gpu_hours, 1),
         "default_slo": round(baseline.default_slo, 4),
     }
-    raw = json.loads(json.dumps(baseline.document))
+    raw = copy.deepcopy(baseline.document)
     if "behavior" in settings:
         raw["workloads"][0]["behavior"] = settings["behavior"]
     document = parse_policy_document(raw, "<matrix>")
