@@ -25,8 +25,9 @@ A proposal within ``tolerance`` of the current count keeps it, as in the HPA, an
 ``minRiseReplicas`` (by default half a replica) above it unless the tolerance upward is 0: a small fleet
 would otherwise add a replica, and hold it for the scale-down window, on every flicker of a light load's
 signals. With ``minRiseReplicas`` 0, no trend (``maxGrowth`` 0) and no pooling, on ``AverageValue``
-metrics, the policy decides as ``threshold`` does with every target divided by ``1 + headroom`` (but for
-the HPA's rounding of targets to thousandths).
+metrics, the policy decides as ``threshold`` does with every target divided by ``1 + headroom``; at
+headroom 0 it makes threshold's decisions exactly, to the replica, because its demand is the HPA's own
+quotient in milli-units (``demand_in_replicas``). ``--tune`` relies on it.
 
 Targets are per replica, but a fleet pools its queue: the more replicas share the arrivals, the fewer
 wait behind a long prompt, and each carries more at the same SLO (square-root staffing). With

@@ -77,8 +77,12 @@ def demand_in_replicas(spec: MetricSpec, value: float, basis: int, target: float
     ``AverageValue``: the query is a fleet total, so demand is ``total / target`` whatever the fleet size.
     ``Value``: the query is a level that the ``basis`` replicas share, so the load is ``level * basis``
     replica-levels and demand is ``level * basis / target``. ``target`` overrides the spec's target.
+
+    In milli-units, as the HPA's ratios are: an ``AverageValue`` demand is the very quotient
+    ``average_value_replicas`` takes the ceiling of, so a policy that sizes the fleet from it makes the
+    HPA's decisions where it adds nothing of its own (``predictive`` at headroom 0, ``--tune``).
     """
     goal = spec.target.value if target is None else target
     if spec.target.type == TargetType.AVERAGE_VALUE:
-        return value / goal
-    return value * basis / goal
+        return float(milli(value)) / float(milli(goal))
+    return float(milli(value)) * basis / float(milli(goal))

@@ -300,24 +300,24 @@ KNOBS = {"threshold": "target", "pid": "setpoint", "predictive": "headroom"}
 
 
 def _knob_variant(
-    document: PolicyFile, workload: Workload, policy_type: str, value: float, fixed: dict[str, float] | None = None
+    document: PolicyFile, workload: Workload, policy_type: str, setting: dict[str, float]
 ) -> tuple[PolicyFile, Workload]:
-    """The workload with the sizing knob of ``policy_type`` set to ``value`` (and the policy parameters in
-    ``fixed`` set too).
+    """The workload running ``policy_type`` with ``setting``, as ``tune`` names its settings.
 
-    ``threshold``: the target of its first metric, the other targets scaled with it (so that, like a
-    headroom, the knob sets the capacity asked of each replica on every signal); ``pid``: its setpoint;
-    ``predictive``: its headroom.
+    ``target`` sets the first metric's target and scales the others with it, so that, like a headroom, it
+    sets the capacity asked of each replica on every signal; a target equal to the file's to the four
+    decimals ``tune`` names it with keeps the file's targets (its "as given"). Every other key is a
+    parameter of the policy block: ``setpoint`` (``pid``), ``headroom``, ``maxGrowth`` (``predictive``).
     """
-    policy = {**_policy_block(workload, policy_type), **(fixed or {})}
-    if policy_type == "threshold":
-        metrics = [m.model_dump(by_alias=True, exclude_none=True, mode="json") for m in workload.metrics]
-        scale = value / metrics[0]["target"]["value"]
-        for metric in metrics:
-            metric["target"]["value"] = value if metric is metrics[0] else metric["target"]["value"] * scale
-        return policy_variant(document, workload, policy, metrics)
-    policy["setpoint" if policy_type == "pid" else "headroom"] = value
-    return policy_variant(document, workload, policy)
+    policy = {**_policy_block(workload, policy_type), **{k: v for k, v in setting.items() if k != "target"}}
+    first = workload.metrics[0].target.value
+    if "target" not in setting or setting["target"] == round(first, 4):
+        return policy_variant(document, workload, policy)
+    value = setting["target"]
+    metrics = [m.model_dump(by_alias=True, exclude_none=True, mode="json") for m in workload.metrics]
+    for metric in metrics:
+        metric["target"]["value"] = value if metric is metrics[0] else metric["target"]["value"] * value / first
+    return policy_variant(document, workload, policy, metrics)
 
 
 def _policy_block(workload: Workload, policy_type: str) -> dict[str, Any]:
@@ -341,109 +341,109 @@ def tune(
     """The cheapest setting of the policy's sizing knob that meets the SLO target, by bisection between a
     safe end and a cheap end.
 
-    The three knobs are searched over the same span of capacity per replica, in log space: a target or
-    setpoint from 1/8 to 4 times the file's (capacity falls as it shrinks), a headroom ``h`` with ``1 + h``
-    from 8 down to 1/4 (a negative headroom runs replicas hotter than the targets). So the tuned policies
-    are compared at equal effort, with the same sizes tried.
+    The knobs are searched over the same span of capacity per replica, in log space: a target or setpoint
+    from 1/8 to 4 times the file's (capacity falls as it shrinks), a headroom ``h`` with ``1 + h`` from 8
+    down to 1/4 (a negative headroom runs replicas hotter than the targets). So the tuned policies are
+    compared at equal effort, with the same sizes tried.
 
     ``predictive`` has more settings: its trend (``maxGrowth``), its fleet's pooling (``poolingGain``) and
-    its hold on rises under ``minRiseReplicas``. Its headroom is searched with the trend and the hold off,
-    with the pooling as the file sets it and, if that is on, again without it, which makes that search
-    step for step the threshold's (the policy then decides as ``threshold`` does); the cheaper that meets
-    the SLO is kept. Then the trend, and after it the hold, as the file sets them, are tried at the
-    headroom found, each kept if it meets the SLO for less (or alone meets it). Headroom 0 in threshold's
-    decisions is tried too (threshold's own targets, which tuned ``threshold`` runs as given). So tuned
-    ``predictive`` costs no more than tuned ``threshold`` but where the two searches part at the SLO's
-    edge (threshold's scaled targets are rounded to thousandths, the headroom is not: README, the two-day
-    trace), and the report says whether the trend, the pooling and the
-    hold paid. The hold is not searched with: on small fleets it keeps one replica fewer for a need less
-    than half a replica higher, and a surge that meets that fleet waits a cold start for the difference
-    (an H100-like replica on the built-in day's shape at 16 requests/s: at threshold's tuned capacity the
-    hold missed the SLO, 0.958, where threshold met it, 0.9995). Last, the policy runs as the file sets
-    it, and that is kept if it meets the SLO for less than every setting tried.
+    its hold on rises under ``minRiseReplicas``. With all three off and headroom 0 it makes threshold's
+    decisions at the same targets, exactly (both in the HPA's milli-units, ``demand_in_replicas``), so its
+    capacity is first searched so, on its targets as threshold's are: that search is threshold's, run for
+    run, and tuned ``predictive`` never costs more than tuned ``threshold``. (Searching the headroom there
+    instead is the same capacity but not the same runs: threshold's scaled targets are rounded up to
+    thousandths, the headroom is not, and at the SLO's edge a run moved by that meets where the other
+    misses; on the two-day trace the two searches came 1.8 % apart.) With the pooling on, its headroom is
+    searched too, pooled, and kept if it meets the SLO for less. Then headroom 0 at the file's targets
+    (threshold's "as given"), and at the setting found the trend, and after it the hold, as the file sets
+    them, each kept if it meets the SLO for less. The hold is not searched with: on small fleets it keeps
+    one replica fewer for a need less than half a replica higher, and a surge that meets that fleet waits a
+    cold start for the difference (an H100-like replica on the built-in day's shape at 16 requests/s: at
+    threshold's tuned capacity the hold missed the SLO, 0.958, where threshold met it, 0.9995).
+
+    Last, the policy runs as the file sets it, kept if it meets the SLO for less than every setting tried.
     """
     first = workload.metrics[0].target.value
-    if policy_type == "predictive":
-        lo, hi = math.log(0.25), math.log(8.0)
-    else:
-        lo, hi = math.log(first / 8.0), math.log(first * 4.0)
-
-    def value(x: float) -> float:
-        return round(math.exp(x) - 1.0, 4) if policy_type == "predictive" else round(math.exp(x), 4)
-
-    # Predictive's search runs without the trend and the hold: with no pooling either, threshold's decisions.
-    as_threshold = {"maxGrowth": 0.0, "minRiseReplicas": 0.0} if policy_type == "predictive" else {}
     budget = allowed_misses(trace, slo_target)
+    spans = {  # knob: (safe end, cheap end), in log space
+        "headroom": (math.log(8.0), math.log(0.25)),
+        "target": (math.log(first / 8.0), math.log(first * 4.0)),
+        "setpoint": (math.log(first / 8.0), math.log(first * 4.0)),
+    }
 
-    def attempt(x: float, fixed: dict[str, float], full: bool = False) -> RunResult:
+    def value(knob: str, x: float) -> float:
+        return round(math.exp(x) - 1.0, 4) if knob == "headroom" else round(math.exp(x), 4)
+
+    def attempt(setting: dict[str, float], full: bool = False) -> RunResult:
         """One setting's run; unless ``full``, it stops once it has certainly missed the SLO target (such a
         run is only ever used to say so)."""
-        doc, wl = _knob_variant(document, workload, policy_type, value(x), fixed)
-        tuned = {KNOBS[policy_type]: value(x), **fixed}
-        contender = policy_contender(doc, wl, model, policy_type, tuned)
+        doc, wl = _knob_variant(document, workload, policy_type, setting)
+        contender = policy_contender(doc, wl, model, policy_type, setting)
         result = run(trace, model, contender, initial, slo_ttft, miss_budget=None if full else budget, stop=stop)
-        tick(f"tune {policy_type} {value(x)}")
+        tick(f"tune {policy_type} {','.join(f'{k}={v}' for k, v in setting.items())}")
         return result
 
-    def search(fixed: dict[str, float]) -> tuple[float, RunResult]:
+    def search(knob: str, fixed: dict[str, float]) -> tuple[dict[str, float], RunResult]:
         """Bisection between the safe end (most capacity: small target, big headroom) and the cheap end.
 
         The safe end is run last, and only when no setting tried below it met the target: it holds the
         most replicas for the whole trace, so it is the longest run of the search, and what it would
         tell, that the search has a setting that meets the SLO, the first setting that meets it tells too.
         """
-        safe_x, cheap_x = (hi, lo) if policy_type == "predictive" else (lo, hi)
-        cheap = attempt(cheap_x, fixed)
+        safe_x, cheap_x = spans[knob]
+
+        def at(x: float) -> dict[str, float]:
+            return {knob: value(knob, x), **fixed}
+
+        cheap = attempt(at(cheap_x))
         if cheap.meets(slo_target):
-            return cheap_x, cheap
-        found: tuple[float, RunResult] | None = None
+            return at(cheap_x), cheap
+        found: tuple[dict[str, float], RunResult] | None = None
         good, bad = safe_x, cheap_x
         for _ in range(steps):
             mid = (good + bad) / 2
-            result = attempt(mid, fixed)
+            result = attempt(at(mid))
             if result.meets(slo_target):
                 good = mid
                 if found is None or result.gpu_hours <= found[1].gpu_hours:
-                    found = mid, result
+                    found = at(mid), result
             else:
                 bad = mid
-        return found or (safe_x, attempt(safe_x, fixed, full=True))  # the safe end is reported even if it misses
+        return found or (at(safe_x), attempt(at(safe_x), full=True))  # the safe end is reported even if it misses
 
     def cheaper(a: RunResult, b: RunResult) -> bool:
         return a.meets(slo_target) and (not b.meets(slo_target) or a.gpu_hours < b.gpu_hours)
 
-    fixed = as_threshold
-    best_x, best = search(fixed)
-    if as_threshold:
+    if policy_type != "predictive":
+        best = search(KNOBS[policy_type], {})[1]
+    else:
         params = PredictiveParams.model_validate(_policy_block(workload, policy_type))
-        unpooled = {**as_threshold, "poolingGain": 0.0}
+        extras_off = {"maxGrowth": 0.0, "minRiseReplicas": 0.0}
+        as_threshold = {"headroom": 0.0, **extras_off, **({"poolingGain": 0.0} if params.pooling_gain > 0 else {})}
+        candidates: list[tuple[dict[str, float], RunResult]] = []
         if params.pooling_gain > 0:
-            # Pooling sizes a large fleet below its targets, which the headroom alone cannot: that search
-            # is not the threshold's. Searched without it too, tuned predictive costs no more than it.
-            other_x, other = search(unpooled)
+            # Pooling sizes a large fleet below its targets, which no target of threshold's does.
+            candidates.append(search("headroom", extras_off))
+        candidates.append(search("target", as_threshold))
+        # Tuned threshold also runs its targets as given, which no step of the bisection may land on (the
+        # built-in day at a 1 s cold start: tuned threshold 72.84 GPU-h there, tuned predictive 73.88).
+        candidates.append((as_threshold, attempt(as_threshold)))
+        setting, best = candidates[0]
+        for other_setting, other in candidates[1:]:
             if cheaper(other, best):
-                fixed, best_x, best = unpooled, other_x, other
-        # Tuned threshold also runs its targets as given, which no step of the bisection may land on: the
-        # same capacity is headroom 0 in threshold's decisions (the built-in day at a 1 s cold start: tuned
-        # threshold 72.84 GPU-h there, tuned predictive 73.88 at headroom 0.0788 without this run).
-        as_targets = unpooled if params.pooling_gain > 0 else as_threshold
-        at_targets = attempt(0.0, as_targets)
-        if cheaper(at_targets, best):
-            fixed, best_x, best = as_targets, 0.0, at_targets
-        for setting in ({"maxGrowth": params.max_growth}, {"minRiseReplicas": params.min_rise_replicas}):
-            tried = {**fixed, **setting}
-            if tried != fixed:
-                result = attempt(best_x, tried)
+                setting, best = other_setting, other
+        for extra in ({"maxGrowth": params.max_growth}, {"minRiseReplicas": params.min_rise_replicas}):
+            tried = {**setting, **extra}
+            if tried != setting:
+                result = attempt(tried)
                 if cheaper(result, best):
-                    fixed, best = tried, result
+                    setting, best = tried, result
     # The setting given may fall between the ones tried, and attainment is not quite monotone in the knob
     # (the built-in day met the SLO at the default headroom, 0.6, and missed it at one tried just above):
-    # tuning never reports a dearer setting than the one it was given.
+    # tuning never reports a dearer setting than the one it was given. It runs as tuning names it, so that
+    # the file ``--write-config`` writes from that name runs it again to the request.
     doc, wl = policy_variant(document, workload, _policy_block(workload, policy_type))
-    contender = policy_contender(doc, wl, model, policy_type)
-    contender.tuned = given_setting(wl, policy_type, contender.settings() or {})
-    as_given = run(trace, model, contender, initial, slo_ttft, miss_budget=budget, stop=stop)
-    tick(f"tune {policy_type} as given")
+    as_given = attempt(given_setting(wl, policy_type, policy_contender(doc, wl, model).settings() or {}))
     return as_given if cheaper(as_given, best) else best
 
 
@@ -455,9 +455,7 @@ def deployable(document: PolicyFile, result: RunResult, cold_start_s: float) -> 
     workload = document.workloads[0]
     policy_type = result.policy
     if result.tuned:
-        knob = KNOBS[policy_type]
-        fixed = {k: v for k, v in result.tuned.items() if k != knob}
-        _, variant = _knob_variant(document, workload, policy_type, result.tuned[knob], fixed)
+        _, variant = _knob_variant(document, workload, policy_type, result.tuned)
     else:
         _, variant = policy_variant(document, workload, _policy_block(workload, policy_type))
     if variant.cold_start_seconds != "auto":

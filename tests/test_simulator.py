@@ -376,31 +376,46 @@ def test_tuning_tries_the_same_capacities_for_threshold_and_predictive() -> None
 
     document = builtin_policy()
     workload = document.workloads[0]
-    _, scaled = _knob_variant(document, workload, "threshold", 250.0)  # half the built-in 500
+    _, scaled = _knob_variant(document, workload, "threshold", {"target": 250.0})  # half the built-in 500
     assert [m.target.value for m in scaled.metrics] == [250.0, pytest.approx(workload.metrics[1].target.value / 2), 1.0]
-    _, hot = _knob_variant(document, workload, "predictive", -0.5)
-    assert hot.policy["headroom"] == -0.5
+    _, hot = _knob_variant(document, workload, "predictive", {"headroom": -0.5})
+    assert hot.policy["headroom"] == -0.5 and hot.metrics == workload.metrics
+    _, both = _knob_variant(document, workload, "predictive", {"target": 250.0, "headroom": 0.0, "maxGrowth": 0.0})
+    assert both.metrics == scaled.metrics and both.policy == {"type": "predictive", "headroom": 0.0, "maxGrowth": 0.0}
 
 
-# Powers of two, so that the threshold's scaled targets are exact: the HPA's arithmetic rounds a target
-# up to thousandths, which a scaled 10.71 would cross (4.284000000000001 is 4.285 to it).
-@pytest.mark.parametrize("headroom", [1.0, -0.5, 3.0])
-def test_predictive_without_trend_hold_or_pooling_decides_as_threshold_at_the_same_capacity(headroom: float) -> None:
-    """What makes tuned predictive cost no more than tuned threshold: its search without the trend, the
-    hold and the pooling runs the threshold's decisions at each capacity tried."""
+def test_a_target_named_as_the_files_keeps_the_files_targets() -> None:
+    """Tuning names a target to four decimals; the file's own, so named, must run the file's targets, or the
+    run as given and the file written from its name would differ in the other metrics' scaled targets."""
+    from simulations.compare import _knob_variant, policy_variant
+
+    document = builtin_policy(ReplicaModel(prefill_tokens_per_s=987.654321))
+    workload = document.workloads[0]
+    first = workload.metrics[0].target.value
+    assert first != round(first, 4)
+    _, named = _knob_variant(document, workload, "threshold", {"target": round(first, 4)})
+    _, given = policy_variant(document, workload, {"type": "threshold"})
+    assert named.metrics == given.metrics
+
+
+# Scales that make the other targets land anywhere, not on thousandths: both policies round them up to
+# thousandths as the HPA does (a scaled 10.71 can be 4.284000000000001, which is 4.285 to it).
+@pytest.mark.parametrize("scale", [0.5, 0.7371, 1.0, 1.9183, 3.0])
+def test_predictive_at_headroom_0_without_trend_hold_or_pooling_decides_as_threshold(scale: float) -> None:
+    """What makes tuned predictive cost no more than tuned threshold: at headroom 0, without the trend, the
+    hold and the pooling, it makes threshold's decisions at the same targets, to the replica."""
     from policies.base import Observation
     from simulations.compare import _knob_variant
 
-    document = builtin_policy(ReplicaModel(prefill_tokens_per_s=8000), pooling_gain=0.1)
+    document = builtin_policy(ReplicaModel(prefill_tokens_per_s=8123.4567), pooling_gain=0.1)
     workload = document.workloads[0]
-    first = workload.metrics[0].target.value
+    target = round(workload.metrics[0].target.value * scale, 4)
+    as_threshold = {"headroom": 0.0, "maxGrowth": 0.0, "minRiseReplicas": 0.0, "poolingGain": 0.0}
     deciders = [
         doc.decider(wl)
         for doc, wl in (
-            _knob_variant(document, workload, "threshold", first / (1 + headroom)),
-            _knob_variant(
-                document, workload, "predictive", headroom, {"maxGrowth": 0.0, "minRiseReplicas": 0.0, "poolingGain": 0}
-            ),
+            _knob_variant(document, workload, "threshold", {"target": target}),
+            _knob_variant(document, workload, "predictive", {"target": target, **as_threshold}),
         )
     ]
     rng = np.random.default_rng(3)
@@ -594,29 +609,38 @@ def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_mo
         if plain[name].meets(0.99):
             assert tuned[name].gpu_hours <= plain[name].gpu_hours + 1e-9, name
     assert tuned["predictive"].gpu_hours <= tuned["threshold"].gpu_hours + 1e-9
-    assert set(tuned["predictive"].tuned or {}) == {"headroom", "maxGrowth", "minRiseReplicas"}
+    assert {"headroom", "maxGrowth", "minRiseReplicas"} <= set(tuned["predictive"].tuned or {})
+    assert set(tuned["predictive"].tuned or {}) <= {"target", "headroom", "maxGrowth", "minRiseReplicas"}
     assert set(tuned["threshold"].tuned or {}) == {"target"}
 
 
 @pytest.mark.parametrize("policy_type", ["threshold", "pid", "predictive"])
-def test_every_run_of_a_tuning_search_runs_the_policy_tuned(monkeypatch: pytest.MonkeyPatch, policy_type: str) -> None:
+def test_every_run_of_a_tuning_search_runs_the_policy_tuned_as_its_setting_names_it(
+    monkeypatch: pytest.MonkeyPatch, policy_type: str
+) -> None:
     """The built-in workload's own policy is predictive: the search, and the run as the file sets it,
-    must run the policy type being tuned all the same."""
+    must run the policy type being tuned all the same. And each run is what its setting, written out by
+    ``--write-config``, runs again: the run as given too, whose default headroom at a 60 s cold start
+    (0.41404...) tuning names to four decimals."""
     import simulations.compare as compare_module
-    from simulations.compare import tune
+    from simulations.compare import _knob_variant, tune
 
     ran: list[str] = []
     real_run = compare_module.run
+    model = ReplicaModel(cold_start_s=60, prefill_tokens_per_s=987.654321)
+    document = builtin_policy(model)
 
     def recording(trace: Trace, model: ReplicaModel, contender: Contender, *args: Any, **kwargs: Any) -> Any:
-        assert contender.decider is not None
+        assert contender.decider is not None and contender.tuned is not None
         ran.append(contender.decider.policy.type)
+        _, named = _knob_variant(document, document.workloads[0], policy_type, contender.tuned)
+        again = document.decider(named)
+        assert again.policy.params == contender.decider.policy.params  # type: ignore[attr-defined]
+        assert again.ctx.metrics == contender.decider.ctx.metrics
         return real_run(trace, model, contender, *args, **kwargs)
 
     monkeypatch.setattr(compare_module, "run", recording)
     trace = synthetic_day(seed=1, mean_rps=0.5, hours=0.1, bursts=0)
-    document = builtin_policy()
-    model = ReplicaModel(cold_start_s=60)
     tune(trace, model, document, document.workloads[0], policy_type, 2, 2.0, 0.99, lambda _: None)
     assert len(ran) >= 2 and set(ran) == {policy_type}
 
@@ -654,6 +678,50 @@ def test_tuning_predictive_tries_headroom_0_as_threshold_runs_its_targets_as_giv
     )
     as_threshold = {"headroom": 0.0, "maxGrowth": 0.0, "minRiseReplicas": 0.0}
     assert {**as_threshold, **({"poolingGain": 0.0} if pooling_gain else {})} in tried
+
+
+def test_predictives_search_in_thresholds_decisions_is_thresholds_search_run_for_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both searches step the same targets; predictive at headroom 0 with its extras off makes threshold's
+    decisions, so every run of threshold's search comes out the same in predictive's, and tuned predictive,
+    which keeps the cheapest of a superset, costs no more. A replica whose targets land between thousandths
+    (987.654321 prompt tokens/s): a headroom searched instead came 1.8 % apart on the two-day trace."""
+    import simulations.compare as compare_module
+    from simulations.compare import tune
+
+    runs: dict[str, dict[tuple[Any, ...], tuple[float, float, int]]] = {"threshold": {}, "predictive": {}}
+    real_run = compare_module.run
+
+    def recording(trace: Trace, model: ReplicaModel, contender: Contender, *args: Any, **kwargs: Any) -> Any:
+        result = real_run(trace, model, contender, *args, **kwargs)
+        assert contender.decider is not None and contender.tuned is not None
+        target = contender.tuned.get("target")
+        runs[contender.decider.policy.type][(target, frozenset(contender.tuned.items()))] = (
+            result.gpu_hours,
+            result.slo_attainment,
+            result.scale_events,
+        )
+        return result
+
+    monkeypatch.setattr(compare_module, "run", recording)
+    trace = synthetic_day(seed=4, mean_rps=1.5, hours=0.5, bursts=2)
+    model = ReplicaModel(cold_start_s=120, prefill_tokens_per_s=987.654321)
+    document = builtin_policy(model, trace, pooling_gain=0.1)
+    workload = document.workloads[0]
+    tuned = {
+        t: tune(trace, model, document, workload, t, 4, 2.0, 0.99, lambda _: None) for t in ("threshold", "predictive")
+    }
+    as_threshold = {("headroom", 0.0), ("maxGrowth", 0.0), ("minRiseReplicas", 0.0), ("poolingGain", 0.0)}
+    matched = 0
+    for (target, setting), figures in runs["threshold"].items():
+        given = {("target", target)} == set(setting) and target == round(workload.metrics[0].target.value, 4)
+        twin = frozenset(as_threshold if given else {*as_threshold, ("target", target)})
+        assert runs["predictive"][(None if given else target, twin)] == figures, target
+        matched += 1
+    assert matched >= 9
+    assert tuned["threshold"].meets(0.99)
+    assert tuned["predictive"].meets(0.99) and tuned["predictive"].gpu_hours <= tuned["threshold"].gpu_hours
 
 
 @pytest.mark.parametrize(
@@ -699,7 +767,7 @@ def test_tuned_predictive_with_pooling_still_costs_no_more_than_tuned_threshold(
     assert tuned["predictive"].meets(0.99) and tuned["threshold"].meets(0.99)
     assert tuned["predictive"].gpu_hours <= tuned["threshold"].gpu_hours + 1e-9
     tuned_keys = {"headroom", "maxGrowth", "minRiseReplicas"}
-    assert tuned_keys <= set(tuned["predictive"].tuned or {}) <= {*tuned_keys, "poolingGain"}
+    assert tuned_keys <= set(tuned["predictive"].tuned or {}) <= {*tuned_keys, "target", "poolingGain"}
     assert tuned["predictive"].max_replicas > 8  # the fleet grew past the pooling's reference
 
 
@@ -716,7 +784,9 @@ def test_tuning_runs_the_safe_end_last_and_reports_it_when_no_setting_meets_the_
     tried: list[str] = []
     result = tune(trace, model, document, workload, "threshold", 1, 2.0, 0.99, tried.append)
     safe = workload.metrics[0].target.value / 8
-    assert len(tried) == 10 and tried[-2:] == [f"tune threshold {round(safe, 4)}", "tune threshold as given"]
+    given = round(workload.metrics[0].target.value, 4)
+    assert len(tried) == 10
+    assert tried[-2:] == [f"tune threshold target={round(safe, 4)}", f"tune threshold target={given}"]
     assert not result.meets(0.99) and not result.abandoned
     assert result.tuned == {"target": pytest.approx(safe, abs=1e-4)}
     assert result.completed_requests + result.dropped_requests == trace.requests
@@ -867,11 +937,11 @@ def test_the_written_policy_file_runs_the_cheapest_policy_as_it_was_simulated(
     document = load_policy_file(str(written))
     workload = document.workloads[0]
     assert workload.policy_type == best["policy"] and workload.cold_start_seconds == 120
-    knob, value = next(iter(best["tuned"].items()))
-    if best["policy"] == "predictive":
-        assert workload.policy[knob] == value
-    else:
-        assert workload.metrics[0].target.value == value
+    for knob, value in best["tuned"].items():
+        if knob == "target":  # the file's own target, if it was the one, to the four decimals tuning names
+            assert workload.metrics[0].target.value == pytest.approx(value, abs=5e-5)
+        else:
+            assert workload.policy[knob] == value
     assert main([*common, "--config", str(written), "--out", str(again)]) == 0
     rerun = next(r for r in json.loads(again.read_text())["results"] if r["policy"] == best["policy"])
     assert (rerun["gpu_hours"], rerun["slo_attainment"]) == (best["gpu_hours"], best["slo_attainment"])
