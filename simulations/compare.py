@@ -32,6 +32,7 @@ from policies.predictive import PredictiveParams, default_headroom, default_hori
 from simulations.replica_model import ReplicaModel
 from simulations.runner import (
     Contender,
+    OracleBound,
     RunResult,
     allowed_misses,
     keda_signals,
@@ -294,6 +295,39 @@ def static_best(
     if results[low].meets(shared.slo_target):
         return low, results[low], ahead
     return None, _run_jobs(shared, [("static", (hi, None))], tick)[0], None  # the full run at hi, for the report
+
+
+@dataclass
+class Footing:
+    """What every comparison of a workload on a trace stands on: the oracle's bound, the smallest fixed fleet
+    that meets the SLO (``None`` if none in bounds) with its run, and the fleet every run starts from."""
+
+    bound: OracleBound
+    static_replicas: int | None
+    static_run: RunResult
+    initial: int
+    ahead: list[RunResult] | None  # ``static_best``'s bet on the runs started from the fleet found
+
+
+def footing(
+    trace: Trace,
+    model: ReplicaModel,
+    document: PolicyFile,
+    workload: Workload,
+    slo_ttft: float,
+    slo_target: float,
+    tick: Callable[[str], None] = lambda _: None,
+    then: list[tuple[str, Any]] | None = None,
+) -> Footing:
+    """The oracle's bound, then the fixed fleet's search from its busiest minute (``static_best``, which
+    may start ``then`` on a bet). Runs start from that fleet, as if the controller had been running before
+    the trace began: no policy pays for a cold fleet at t=0; without one, from ``maxReplicas``."""
+    lo, hi = workload.min_replicas, workload.max_replicas
+    bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
+    searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
+    busiest = float(bound.replicas_per_window.max())
+    best, best_run, ahead = static_best(searching, lo, hi, busiest, tick, then)
+    return Footing(bound, best, best_run, best if best is not None else hi, ahead)
 
 
 KNOBS = {"threshold": "target", "pid": "setpoint", "predictive": "headroom"}
@@ -611,26 +645,23 @@ def compare(
     lo, hi = workload.min_replicas, workload.max_replicas
     total = len(policy_types) * (9 if tuning else 1) + 2 + math.ceil(math.log2(max(hi - lo, 1) + 1)) + 1
     bar = Progress(total, progress and sys.stderr.isatty())
-    bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
-    busiest = float(bound.replicas_per_window.max())
     jobs: list[tuple[str, Any]] = [("tune" if tuning else "policy", t) for t in policy_types]
     jobs += [("keda", True), ("keda", False)]
-    searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
     # Untuned runs may start during the search's last run (``then``); tuning searches, many runs each, are
     # not started on a bet.
-    best_n, best_run, ahead = static_best(searching, lo, hi, busiest, bar.step, then=None if tuning else jobs)
-    # Every run starts from the fleet that carries this load, as if the controller had been running before
-    # the trace began: no policy pays for a cold fleet at t=0.
-    initial = best_n if best_n is not None else hi
-    result = Comparison(trace, model, workload, slo_ttft, slo_target, initial, static_best_replicas=best_n)
-    shared = _Shared(trace, model, document, workload, initial, slo_ttft, slo_target)
+    base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, None if tuning else jobs)
+    result = Comparison(
+        trace, model, workload, slo_ttft, slo_target, base.initial, static_best_replicas=base.static_replicas
+    )
+    shared = _Shared(trace, model, document, workload, base.initial, slo_ttft, slo_target)
     # Tuning, one process per contender, more than there are cores: a search is many runs and a KEDA
     # baseline one, so a pool of one per core would leave the last search alone on one core. Untuned runs
     # are of a length, and more processes than cores only make them contend for the caches.
+    ahead = base.ahead
     result.results.extend(ahead if ahead is not None else _run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
-    result.results.append(best_run)
-    result.oracle_gpu_hours = bound.gpu_hours
-    result.oracle_max_replicas = math.ceil(busiest - 1e-9)
+    result.results.append(base.static_run)
+    result.oracle_gpu_hours = base.bound.gpu_hours
+    result.oracle_max_replicas = math.ceil(float(base.bound.replicas_per_window.max()) - 1e-9)
     bar.close()
     result.elapsed_s = time.monotonic() - started
     return result

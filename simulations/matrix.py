@@ -37,9 +37,9 @@ from typing import Any
 import simulations.compare as comparing
 from autoscaler.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
-from simulations.compare import _Shared, policy_contender, policy_variant, static_best, tune
+from simulations.compare import footing, policy_contender, policy_variant, tune
 from simulations.replica_model import ReplicaModel, parse_overrides
-from simulations.runner import RunResult, oracle_bound, run
+from simulations.runner import RunResult, run
 from simulations.traces import Trace, load_trace, read_rate, synthetic_day
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
@@ -123,14 +123,19 @@ def _model(scenario: Scenario) -> ReplicaModel:
 def _baseline(scenario: Scenario, trace: Trace, model: ReplicaModel) -> Baseline:
     document, _ = sized_builtin(model, trace, scenario.slo_ttft, scenario.slo_target)
     workload = document.workloads[0]
-    lo, hi = workload.min_replicas, workload.max_replicas
-    bound = oracle_bound(trace, model, lo, scenario.slo_ttft, scenario.slo_target)
-    searching = _Shared(trace, model, document, workload, hi, scenario.slo_ttft, scenario.slo_target)
-    best, best_run, _ = static_best(searching, lo, hi, float(bound.replicas_per_window.max()))
-    initial = best if best is not None else hi
-    default = run(trace, model, policy_contender(document, workload, model), initial, scenario.slo_ttft, timeline=False)
+    base = footing(trace, model, document, workload, scenario.slo_ttft, scenario.slo_target)
+    contender = policy_contender(document, workload, model)
+    default = run(trace, model, contender, base.initial, scenario.slo_ttft, timeline=False)
     raw = document.model_dump(by_alias=True, exclude_none=True, mode="json")
-    return Baseline(raw, initial, best, best_run.gpu_hours, bound.gpu_hours, default.gpu_hours, default.slo_attainment)
+    return Baseline(
+        raw,
+        base.initial,
+        base.static_replicas,
+        base.static_run.gpu_hours,
+        base.bound.gpu_hours,
+        default.gpu_hours,
+        default.slo_attainment,
+    )
 
 
 _JOBS: list[tuple[Scenario, dict[str, Any], Path]] = []  # set before the workers fork: scenarios hold closures
@@ -187,6 +192,8 @@ def _one(index: int) -> dict[str, Any]:
 def _record(row: dict[str, Any], prefix: str, result: RunResult) -> None:
     row[f"{prefix}_gpu_hours"] = round(result.gpu_hours, 1)
     row[f"{prefix}_slo"] = round(result.slo_attainment, 4)
+    if result.tuned is not None:
+        row[f"{prefix}_setting"] = result.tuned  # in --out: what tuning found, as simulate's report names it
 
 
 PREFIXES = ("default", "variant", "tuned_predictive", "tuned_threshold")
