@@ -29,6 +29,7 @@ import numpy as np
 
 from autoscaler.policy_file import PolicyFile, Workload, parse_policy_document
 from policies.predictive import PredictiveParams, default_headroom, default_horizon
+from policies.threshold import ThresholdParams
 from simulations.replica_model import ReplicaModel
 from simulations.runner import (
     Contender,
@@ -381,10 +382,11 @@ def tune(
     compared at equal effort, with the same sizes tried.
 
     ``predictive`` has more settings: its trend (``maxGrowth``), its fleet's pooling (``poolingGain``) and
-    its hold on rises under ``minRiseReplicas``. With all three off and headroom 0 it makes threshold's
-    decisions at the same targets, exactly (both in the HPA's milli-units, ``demand_in_replicas``), so its
-    capacity is first searched so, on its targets as threshold's are: that search is threshold's, run for
-    run, and tuned ``predictive`` never costs more than tuned ``threshold``. (Searching the headroom there
+    its hold on rises under ``minRiseReplicas``. With all three off, headroom 0 and threshold's tolerance
+    (if the file gives it another) it makes threshold's decisions at the same targets, exactly (both in the
+    HPA's milli-units, ``demand_in_replicas``), so its capacity is first searched so, on its targets as
+    threshold's are: that search is threshold's, run for run, and tuned ``predictive`` never costs more
+    than tuned ``threshold``. (Searching the headroom there
     instead is the same capacity but not the same runs: threshold's scaled targets are rounded up to
     thousandths, the headroom is not, and at the SLO's edge a run moved by that meets where the other
     misses; on the two-day trace the two searches came 1.8 % apart.) With the pooling on, its headroom is
@@ -454,6 +456,9 @@ def tune(
         params = PredictiveParams.model_validate(_policy_block(workload, policy_type))
         extras_off = {"maxGrowth": 0.0, "minRiseReplicas": 0.0}
         as_threshold = {"headroom": 0.0, **extras_off, **({"poolingGain": 0.0} if params.pooling_gain > 0 else {})}
+        threshold = ThresholdParams.model_validate(_policy_block(workload, "threshold"))
+        if params.tolerance != threshold.tolerance:
+            as_threshold["tolerance"] = threshold.tolerance  # and threshold's band, or its decisions are another's
         candidates: list[tuple[dict[str, float], RunResult]] = []
         if params.pooling_gain > 0:
             # Pooling sizes a large fleet below its targets, which no target of threshold's does.

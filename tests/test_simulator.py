@@ -680,15 +680,17 @@ def test_tuning_predictive_tries_headroom_0_as_threshold_runs_its_targets_as_giv
     assert {**as_threshold, **({"poolingGain": 0.0} if pooling_gain else {})} in tried
 
 
+@pytest.mark.parametrize("tolerance", [None, 0.05])
 def test_predictives_search_in_thresholds_decisions_is_thresholds_search_run_for_run(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tolerance: float | None
 ) -> None:
     """Both searches step the same targets; predictive at headroom 0 with its extras off makes threshold's
     decisions, so every run of threshold's search comes out the same in predictive's, and tuned predictive,
     which keeps the cheapest of a superset, costs no more. A replica whose targets land between thousandths
-    (987.654321 prompt tokens/s): a headroom searched instead came 1.8 % apart on the two-day trace."""
+    (987.654321 prompt tokens/s): a headroom searched instead came 1.8 % apart on the two-day trace. A
+    predictive block with a tolerance of its own takes threshold's in that search."""
     import simulations.compare as compare_module
-    from simulations.compare import tune
+    from simulations.compare import policy_variant, tune
 
     runs: dict[str, dict[tuple[Any, ...], tuple[float, float, int]]] = {"threshold": {}, "predictive": {}}
     real_run = compare_module.run
@@ -708,11 +710,16 @@ def test_predictives_search_in_thresholds_decisions_is_thresholds_search_run_for
     trace = synthetic_day(seed=4, mean_rps=1.5, hours=0.5, bursts=2)
     model = ReplicaModel(cold_start_s=120, prefill_tokens_per_s=987.654321)
     document = builtin_policy(model, trace, pooling_gain=0.1)
+    if tolerance is not None:
+        block = {**document.workloads[0].policy, "tolerance": tolerance}
+        document, _ = policy_variant(document, document.workloads[0], block)
     workload = document.workloads[0]
     tuned = {
         t: tune(trace, model, document, workload, t, 4, 2.0, 0.99, lambda _: None) for t in ("threshold", "predictive")
     }
     as_threshold = {("headroom", 0.0), ("maxGrowth", 0.0), ("minRiseReplicas", 0.0), ("poolingGain", 0.0)}
+    if tolerance is not None:
+        as_threshold.add(("tolerance", 0.1))
     matched = 0
     for (target, setting), figures in runs["threshold"].items():
         given = {("target", target)} == set(setting) and target == round(workload.metrics[0].target.value, 4)
