@@ -386,16 +386,16 @@ def tune(
     (if the file gives it another) it makes threshold's decisions at the same targets, exactly (both in the
     HPA's milli-units, ``demand_in_replicas``), so its capacity is first searched so, on its targets as
     threshold's are: that search is threshold's, run for run, and tuned ``predictive`` never costs more
-    than tuned ``threshold``. (Searching the headroom there
-    instead is the same capacity but not the same runs: threshold's scaled targets are rounded up to
-    thousandths, the headroom is not, and at the SLO's edge a run moved by that meets where the other
-    misses; on the two-day trace the two searches came 1.8 % apart.) With the pooling on, its headroom is
-    searched too, pooled, and kept if it meets the SLO for less. Then headroom 0 at the file's targets
-    (threshold's "as given"), and at the setting found the trend, and after it the hold, as the file sets
-    them, each kept if it meets the SLO for less. The hold is not searched with: on small fleets it keeps
-    one replica fewer for a need less than half a replica higher, and a surge that meets that fleet waits a
-    cold start for the difference (an H100-like replica on the built-in day's shape at 16 requests/s: at
-    threshold's tuned capacity the hold missed the SLO, 0.958, where threshold met it, 0.9995).
+    than tuned ``threshold``. (Searching the headroom there instead is the same capacity but not the same
+    runs: threshold's scaled targets are rounded up to thousandths, the headroom is not, and at the SLO's
+    edge a run moved by that meets where the other misses; on the two-day trace the two searches came
+    1.8 % apart.) With the pooling on, its headroom is searched too, pooled, and kept if it meets the SLO
+    for less. Then headroom 0 at the file's targets (threshold's "as given"), and at the setting found the
+    trend, and after it the hold, as the file sets them, each kept if it meets the SLO for less. The hold
+    is not searched with: on small fleets it keeps one replica fewer for a need less than half a replica
+    higher, and a surge that meets that fleet waits a cold start for the difference (an H100-like replica
+    on the built-in day's shape at 16 requests/s: at threshold's tuned capacity the hold missed the SLO,
+    0.958, where threshold met it, 0.9995).
 
     Last, the policy runs as the file sets it, kept if it meets the SLO for less than every setting tried.
     """
