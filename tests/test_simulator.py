@@ -964,6 +964,24 @@ def test_no_policy_file_is_written_when_no_policy_met_the_slo(
     assert not written.exists()
 
 
+def test_the_written_file_runs_predictive_at_threshold_capacity_as_tuning_found_it() -> None:
+    """Tuning may find predictive's cheapest setting in threshold's decisions: its targets scaled, headroom
+    0 and its extras off. The file written from it scales the targets as the run did."""
+    from autoscaler.policy_file import parse_policy_document
+    from simulations.compare import _knob_variant, deployable
+
+    document = builtin_policy(ReplicaModel(prefill_tokens_per_s=987.654321))
+    workload = document.workloads[0]
+    setting = {"target": 404.8088, "headroom": 0.0, "maxGrowth": 0.5, "minRiseReplicas": 0.0, "poolingGain": 0.0}
+    tuned = RunResult("predictive", 1.0, 1.0, None, None, None, 1, 0, 0, 1, setting)
+    written = parse_policy_document(deployable(document, tuned, cold_start_s=300.0)).workloads[0]
+    _, ran = _knob_variant(document, workload, "predictive", setting)
+    assert written.metrics == ran.metrics and written.metrics[0].target.value == 404.8088
+    scale = 404.8088 / workload.metrics[0].target.value
+    assert written.metrics[1].target.value == pytest.approx(workload.metrics[1].target.value * scale)
+    assert written.policy == {"type": "predictive", **{k: v for k, v in setting.items() if k != "target"}}
+
+
 def test_the_written_file_keeps_the_other_workloads_and_a_measured_cold_start() -> None:
     from autoscaler.policy_file import parse_policy_document
     from simulations.compare import deployable
