@@ -326,8 +326,7 @@ def footing(
     lo, hi = workload.min_replicas, workload.max_replicas
     bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
     searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
-    busiest = float(bound.replicas_per_window.max())
-    best, best_run, ahead = static_best(searching, lo, hi, busiest, tick, then)
+    best, best_run, ahead = static_best(searching, lo, hi, bound.busiest, tick, then)
     return Footing(bound, best, best_run, best if best is not None else hi, ahead)
 
 
@@ -666,7 +665,7 @@ def compare(
     result.results.extend(ahead if ahead is not None else _run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
     result.results.append(base.static_run)
     result.oracle_gpu_hours = base.bound.gpu_hours
-    result.oracle_max_replicas = math.ceil(float(base.bound.replicas_per_window.max()) - 1e-9)
+    result.oracle_max_replicas = math.ceil(base.bound.busiest - 1e-9)
     bar.close()
     result.elapsed_s = time.monotonic() - started
     return result

@@ -326,6 +326,11 @@ class OracleBound:
     replicas_per_window: np.ndarray
     window_s: float
 
+    @property
+    def busiest(self) -> float:
+        """The (fractional) fleet its busiest window needs: a fixed fleet must carry it too."""
+        return float(self.replicas_per_window.max())
+
 
 def oracle_bound(
     trace: Trace, model: ReplicaModel, min_replicas: int, slo_ttft: float, slo_target: float, window_s: float = 60.0
