@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -614,6 +615,20 @@ def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_mo
     assert set(tuned["threshold"].tuned or {}) == {"target"}
 
 
+def _watch_tuning_runs(monkeypatch: pytest.MonkeyPatch, seen: Callable[[Contender, RunResult], None]) -> None:
+    """Has ``seen`` told each contender that ``tune`` runs, with the run's result."""
+    import simulations.compare as compare_module
+
+    real_run = compare_module.run
+
+    def watched(trace: Trace, model: ReplicaModel, contender: Contender, *args: Any, **kwargs: Any) -> Any:
+        result = real_run(trace, model, contender, *args, **kwargs)
+        seen(contender, result)
+        return result
+
+    monkeypatch.setattr(compare_module, "run", watched)
+
+
 @pytest.mark.parametrize("policy_type", ["threshold", "pid", "predictive"])
 def test_every_run_of_a_tuning_search_runs_the_policy_tuned_as_its_setting_names_it(
     monkeypatch: pytest.MonkeyPatch, policy_type: str
@@ -622,24 +637,21 @@ def test_every_run_of_a_tuning_search_runs_the_policy_tuned_as_its_setting_names
     must run the policy type being tuned all the same. And each run is what its setting, written out by
     ``--write-config``, runs again: the run as given too, whose default headroom at a 60 s cold start
     (0.41404...) tuning names to four decimals."""
-    import simulations.compare as compare_module
     from simulations.compare import _knob_variant, tune
 
     ran: list[str] = []
-    real_run = compare_module.run
     model = ReplicaModel(cold_start_s=60, prefill_tokens_per_s=987.654321)
     document = builtin_policy(model)
 
-    def recording(trace: Trace, model: ReplicaModel, contender: Contender, *args: Any, **kwargs: Any) -> Any:
+    def seen(contender: Contender, _: RunResult) -> None:
         assert contender.decider is not None and contender.tuned is not None
         ran.append(contender.decider.policy.type)
         _, named = _knob_variant(document, document.workloads[0], policy_type, contender.tuned)
         again = document.decider(named)
         assert again.policy.params == contender.decider.policy.params  # type: ignore[attr-defined]
         assert again.ctx.metrics == contender.decider.ctx.metrics
-        return real_run(trace, model, contender, *args, **kwargs)
 
-    monkeypatch.setattr(compare_module, "run", recording)
+    _watch_tuning_runs(monkeypatch, seen)
     trace = synthetic_day(seed=1, mean_rps=0.5, hours=0.1, bursts=0)
     tune(trace, model, document, document.workloads[0], policy_type, 2, 2.0, 0.99, lambda _: None)
     assert len(ran) >= 2 and set(ran) == {policy_type}
@@ -652,17 +664,10 @@ def test_tuning_predictive_tries_headroom_0_as_threshold_runs_its_targets_as_giv
     """Tuned threshold's last run is its targets as given, a capacity the bisection may never land on; so
     predictive's search runs that capacity too, in threshold's decisions, or tuned predictive could cost
     more than tuned threshold (the built-in day at a 1 s cold start: 73.88 against 72.84 GPU-h)."""
-    import simulations.compare as compare_module
     from simulations.compare import tune
 
     tried: list[dict[str, float]] = []
-    real_run = compare_module.run
-
-    def recording(trace: Trace, model: ReplicaModel, contender: Contender, *args: Any, **kwargs: Any) -> Any:
-        tried.append(dict(contender.tuned or {}))
-        return real_run(trace, model, contender, *args, **kwargs)
-
-    monkeypatch.setattr(compare_module, "run", recording)
+    _watch_tuning_runs(monkeypatch, lambda contender, _: tried.append(dict(contender.tuned or {})))
     trace = synthetic_day(seed=1, mean_rps=0.5, hours=0.1, bursts=0)
     document = builtin_policy(pooling_gain=pooling_gain)
     tune(
@@ -689,14 +694,11 @@ def test_predictives_search_in_thresholds_decisions_is_thresholds_search_run_for
     which keeps the cheapest of a superset, costs no more. A replica whose targets land between thousandths
     (987.654321 prompt tokens/s): a headroom searched instead came 1.8 % apart on the two-day trace. A
     predictive block with a tolerance of its own takes threshold's in that search."""
-    import simulations.compare as compare_module
     from simulations.compare import policy_variant, tune
 
     runs: dict[str, dict[tuple[Any, ...], tuple[float, float, int]]] = {"threshold": {}, "predictive": {}}
-    real_run = compare_module.run
 
-    def recording(trace: Trace, model: ReplicaModel, contender: Contender, *args: Any, **kwargs: Any) -> Any:
-        result = real_run(trace, model, contender, *args, **kwargs)
+    def seen(contender: Contender, result: RunResult) -> None:
         assert contender.decider is not None and contender.tuned is not None
         target = contender.tuned.get("target")
         runs[contender.decider.policy.type][(target, frozenset(contender.tuned.items()))] = (
@@ -704,9 +706,8 @@ def test_predictives_search_in_thresholds_decisions_is_thresholds_search_run_for
             result.slo_attainment,
             result.scale_events,
         )
-        return result
 
-    monkeypatch.setattr(compare_module, "run", recording)
+    _watch_tuning_runs(monkeypatch, seen)
     trace = synthetic_day(seed=4, mean_rps=1.5, hours=0.5, bursts=2)
     model = ReplicaModel(cold_start_s=120, prefill_tokens_per_s=987.654321)
     document = builtin_policy(model, trace, pooling_gain=0.1)
