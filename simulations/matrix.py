@@ -11,7 +11,11 @@ fleet that meets the SLO there (``static-best``), each scenario sized and search
   Azure conversation hour at 60 to 600 s; the ServeGen file's first two days (10-minute windows, about 3
   requests/s) at 60 and 300 s; the built-in day at a 99.9 % target, with a 1 s SLO and with a 1 s cold
   start; a 3-hour ramp: 42 scenarios.
-* ``long``: a two-day trace (1 million requests) and a sparse week (0.3 requests/s), at 300 s.
+* ``long``: a two-day trace (1 million requests), a sparse week (0.3 requests/s) and the ServeGen file's
+  three consecutive days with no gap in the recording (days 11 to 13, 1.4 million requests), at 300 s.
+* ``recorded``: the ServeGen file's other days, each at 60 and 300 s, as the short set runs its first two:
+  recorded traffic only, a day at a time. Days with gaps in the recording are left out
+  (``servegen_whole_days``): 7 of the 12, 14 scenarios.
 
 The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
 ``--cache`` (they do not depend on the variant); delete it when the simulator, the sizing or the default
@@ -65,10 +69,28 @@ def _rate_trace(name: str, lines: list[str], rate_scale: float = 1.0) -> Trace:
         return read_rate(path, seed=0, rate_scale=rate_scale)
 
 
-def _servegen_day(day: int) -> Trace:
+def _servegen_windows(day: int, days: int = 1) -> tuple[str, list[str]]:
     lines = (TRACES / SERVEGEN).read_text().splitlines()
-    window = lines[1 + day * SERVEGEN_DAY_WINDOWS : 1 + (day + 1) * SERVEGEN_DAY_WINDOWS]
-    return _rate_trace(f"servegen_day{day + 1}.csv", [lines[0], *window], SERVEGEN_RATE_SCALE)
+    return lines[0], lines[1 + day * SERVEGEN_DAY_WINDOWS : 1 + (day + days) * SERVEGEN_DAY_WINDOWS]
+
+
+def _servegen_day(day: int, days: int = 1) -> Trace:
+    """Days ``day`` (zero-based) to ``day + days - 1`` of the ServeGen file (``read_rate`` times a trace
+    from its first request)."""
+    header, window = _servegen_windows(day, days)
+    return _rate_trace(f"servegen_day{day + 1}.csv", [header, *window], SERVEGEN_RATE_SCALE)
+
+
+def servegen_whole_days() -> list[int]:
+    """The ServeGen file's days (zero-based) with requests in every window. The others have gaps in the
+    recording, windows of no requests at all after which the whole load returns within one window: an
+    outage of the recording, not traffic a policy should be judged on."""
+    days = []
+    for day in range(len((TRACES / SERVEGEN).read_text().splitlines()[1:]) // SERVEGEN_DAY_WINDOWS):
+        _, window = _servegen_windows(day)
+        if all(float(line.split(",")[1]) > 0 for line in window):
+            days.append(day)
+    return days
 
 
 def _ramp() -> Trace:
@@ -81,10 +103,18 @@ def _ramp() -> Trace:
 
 
 def scenarios(which: str) -> list[Scenario]:
+    if which == "recorded":
+        return [
+            Scenario(f"servegen{day + 1}@{cold}", partial(_servegen_day, day), cold)
+            for day in servegen_whole_days()
+            if day > 1  # the short set runs the first two
+            for cold in (60, 300)
+        ]
     if which == "long":
         return [
             Scenario("two-days@300", partial(synthetic_day, 3, 5.8, 48.0, 12), 300),
             Scenario("sparse-week@300", partial(synthetic_day, 3, 0.3, 168.0, 7), 300),
+            Scenario("servegen11-13@300", partial(_servegen_day, 10, 3), 300),
         ]
     found: list[Scenario] = []
     for seed in range(10):
@@ -259,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--behavior", type=json.loads, help="the workload's behavior block, as JSON")
     parser.add_argument("--tune", action="store_true", help="also tune predictive and threshold (as simulate --tune)")
-    parser.add_argument("--scenarios", choices=["short", "long"], default="short")
+    parser.add_argument("--scenarios", choices=["short", "long", "recorded"], default="short")
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vllm-autoscaler-matrix")
     parser.add_argument("--jobs", type=int, default=mp.cpu_count())

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from typing import Any
 
-from simulations.matrix import scenarios, summary
+from simulations.matrix import SERVEGEN, SERVEGEN_DAY_WINDOWS, scenarios, servegen_whole_days, summary
 
 
 def _row(name: str, static: int | None, variant: tuple[float, float] | None = None, least: int = 2) -> dict[str, Any]:
@@ -41,6 +43,18 @@ def test_summary_without_a_variant_counts_the_default_alone() -> None:
 
 
 def test_scenario_names_are_unique() -> None:
-    for which in ("short", "long"):
+    for which in ("short", "long", "recorded"):
         names = [s.name for s in scenarios(which)]
         assert len(names) == len(set(names))
+
+
+def test_the_recorded_set_runs_every_servegen_day_without_a_gap_but_the_short_sets(shared_trace: Path) -> None:
+    with (shared_trace / SERVEGEN).open() as handle:
+        rates = [float(row["total_rate_rps"]) for row in csv.DictReader(handle)]
+    days = [rates[start : start + SERVEGEN_DAY_WINDOWS] for start in range(0, len(rates), SERVEGEN_DAY_WINDOWS)]
+    gapless = [day for day, windows in enumerate(days) if min(windows) > 0]
+    assert servegen_whole_days() == gapless
+    assert 0 < len(gapless) < len(days)  # the file has days with gaps, which the set leaves out
+    recorded = {s.name for s in scenarios("recorded")}
+    assert recorded == {f"servegen{day + 1}@{cold}" for day in gapless if day > 1 for cold in (60, 300)}
+    assert not recorded & {s.name for s in scenarios("short")}
