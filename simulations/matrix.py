@@ -69,28 +69,34 @@ def _rate_trace(name: str, lines: list[str], rate_scale: float = 1.0) -> Trace:
         return read_rate(path, seed=0, rate_scale=rate_scale)
 
 
-def _servegen_windows(day: int, days: int = 1) -> tuple[str, list[str]]:
-    lines = (TRACES / SERVEGEN).read_text().splitlines()
-    return lines[0], lines[1 + day * SERVEGEN_DAY_WINDOWS : 1 + (day + days) * SERVEGEN_DAY_WINDOWS]
+def _servegen_lines() -> list[str]:
+    return (TRACES / SERVEGEN).read_text().splitlines()
+
+
+def _servegen_windows(lines: list[str], day: int, days: int = 1) -> list[str]:
+    """The rows of days ``day`` (zero-based) to ``day + days - 1`` among the file's ``lines`` (header first)."""
+    return lines[1 + day * SERVEGEN_DAY_WINDOWS : 1 + (day + days) * SERVEGEN_DAY_WINDOWS]
 
 
 def _servegen_day(day: int, days: int = 1) -> Trace:
     """Days ``day`` (zero-based) to ``day + days - 1`` of the ServeGen file (``read_rate`` times a trace
     from its first request)."""
-    header, window = _servegen_windows(day, days)
-    return _rate_trace(f"servegen_day{day + 1}.csv", [header, *window], SERVEGEN_RATE_SCALE)
+    lines = _servegen_lines()
+    return _rate_trace(
+        f"servegen_day{day + 1}.csv", [lines[0], *_servegen_windows(lines, day, days)], SERVEGEN_RATE_SCALE
+    )
 
 
 def servegen_whole_days() -> list[int]:
     """The ServeGen file's days (zero-based) with requests in every window. The others have gaps in the
     recording, windows of no requests at all after which the whole load returns within one window: an
     outage of the recording, not traffic a policy should be judged on."""
-    days = []
-    for day in range(len((TRACES / SERVEGEN).read_text().splitlines()[1:]) // SERVEGEN_DAY_WINDOWS):
-        _, window = _servegen_windows(day)
-        if all(float(line.split(",")[1]) > 0 for line in window):
-            days.append(day)
-    return days
+    lines = _servegen_lines()
+    return [
+        day
+        for day in range((len(lines) - 1) // SERVEGEN_DAY_WINDOWS)
+        if all(float(line.split(",")[1]) > 0 for line in _servegen_windows(lines, day))
+    ]
 
 
 def _ramp() -> Trace:
