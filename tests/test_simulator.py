@@ -865,7 +865,21 @@ def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
     )
     unbeaten["results"][0]["tuned"] = {"headroom": 0.08}
     assert verdict(unbeaten).endswith("(15 fixed replicas): no policy beat a fixed fleet here")
-    assert "no run meets" in verdict(data(("predictive", 130.0, 0.9), ("static-best", 120.0, 0.98)))
+    nothing_meets = data(("predictive", 130.0, 0.9), ("static-best", 120.0, 0.98))
+    nothing_meets["results"][-1]["max_replicas"] = 20
+    assert verdict(nothing_meets) == (
+        "verdict: no run meets the SLO target (99%), not even 32 fixed replicas; the oracle's 20 at the busiest "
+        "minute is a lower bound: raise maxReplicas (--config) or the replica's capacity (--replica)"
+    )
+    # Where the trace repeats prompt prefixes, the bound counts them all cached, which a fleet whose prompts
+    # outgrow its caches is far from: the verdict says by how much.
+    nothing_meets["prefix_reuse"] = 0.6512
+    nothing_meets["results"][0]["prefix_cache_hits"] = 0.0058
+    nothing_meets["results"][1]["prefix_cache_hits"] = 0.0031
+    assert verdict(nothing_meets).endswith(
+        "is a lower bound that finds every repeated prompt prefix cached (65% of the prompt tokens; the fleet's "
+        "caches served at most 0.58%): raise maxReplicas (--config) or the replica's capacity (--replica)"
+    )
     at_the_floor = data(("predictive", 130.0, 0.995), ("static-best", 120.0, 0.993))
     at_the_floor["model"]["min_replicas"] = 15
     assert verdict(at_the_floor).endswith(
