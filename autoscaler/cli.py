@@ -154,7 +154,7 @@ class _StderrNote:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations import report as reporting
     from simulations.builtin import sized_builtin
-    from simulations.compare import DEFAULT_POLICY_TYPES, compare
+    from simulations.compare import BUILTIN_GROW_TO, DEFAULT_POLICY_TYPES, compare
     from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
     from simulations.traces import TraceError, load_trace
@@ -194,7 +194,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         for policy_type in types:
             policy_class(policy_type)
-        comparison = compare(trace, model, document, types, args.slo_ttft, args.slo_target, args.tune)
+        grow_to = None if args.config else BUILTIN_GROW_TO
+        comparison = compare(trace, model, document, types, args.slo_ttft, args.slo_target, args.tune, grow_to=grow_to)
+        if comparison.workload.max_replicas != workload.max_replicas:
+            print(
+                f"vllm-autoscaler: note: no fixed fleet of up to {workload.max_replicas} replicas met the SLO, so "
+                f"the built-in workload ran with maxReplicas {comparison.workload.max_replicas}",
+                file=sys.stderr,
+            )
+            document = document.model_copy(update={"workloads": [comparison.workload]})
     except BrokenProcessPool:
         _error("a simulation worker process died (killed, perhaps for memory); nothing was written")
         return EXIT_FAILED

@@ -47,6 +47,10 @@ from simulations.traces import Trace
 PROMPT_TOKENS_SHARE = 0.5
 RUNNING_SHARE = 0.5
 BUILTIN_INTERVAL_S = 15
+BUILTIN_MAX_REPLICAS = 32
+# How far ``compare`` may raise the built-in workload's bound for a trace no fleet of 32 carries: 1,024
+# GPUs of the built-in replica.
+BUILTIN_GROW_TO = 256
 
 
 def builtin_document(
@@ -96,7 +100,7 @@ def builtin_document(
             {
                 "target": {"kind": "Deployment", "namespace": "llm-serving", "name": "vllm-llama3-70b"},
                 "minReplicas": 2,
-                "maxReplicas": 32,
+                "maxReplicas": BUILTIN_MAX_REPLICAS,
                 "coldStartSeconds": cold_start,
                 "metrics": [
                     {
@@ -152,10 +156,12 @@ def policy_variant(
     document: PolicyFile, workload: Workload, policy: dict[str, Any], metrics: list[dict[str, Any]] | None = None
 ) -> tuple[PolicyFile, Workload]:
     """The workload with another policy block (and optionally other metrics), validated like a file."""
-    raw = _workload_dict(workload)
-    raw["policy"] = policy
-    if metrics is not None:
-        raw["metrics"] = metrics
+    return workload_variant(document, workload, {"policy": policy, **({} if metrics is None else {"metrics": metrics})})
+
+
+def workload_variant(document: PolicyFile, workload: Workload, changes: dict[str, Any]) -> tuple[PolicyFile, Workload]:
+    """The workload with ``changes`` to its keys (as a file names them), validated like a file."""
+    raw = {**_workload_dict(workload), **changes}
     doc = parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<variant>")
     return doc, doc.workloads[0]
 
@@ -319,14 +325,17 @@ def footing(
     slo_target: float,
     tick: Callable[[str], None] = lambda _: None,
     then: list[tuple[str, Any]] | None = None,
+    missed_below: int = 0,
 ) -> Footing:
     """The oracle's bound, then the fixed fleet's search from its busiest minute (``static_best``, which
-    may start ``then`` on a bet). Runs start from that fleet, as if the controller had been running before
-    the trace began: no policy pays for a cold fleet at t=0; without one, from ``maxReplicas``."""
+    may start ``then`` on a bet), above ``missed_below`` (fleets up to it are known to miss). Runs start
+    from that fleet, as if the controller had been running before the trace began: no policy pays for a
+    cold fleet at t=0; without one, from ``maxReplicas``."""
     lo, hi = workload.min_replicas, workload.max_replicas
     bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
     searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
-    best, best_run, ahead = static_best(searching, lo, hi, bound.busiest, tick, then)
+    start = max(bound.busiest, missed_below + 1)
+    best, best_run, ahead = static_best(searching, lo, hi, start, tick, then)
     return Footing(bound, best, best_run, best if best is not None else hi, ahead)
 
 
@@ -642,7 +651,17 @@ def compare(
     slo_target: float,
     tuning: bool = False,
     progress: bool = True,
+    grow_to: int | None = None,
 ) -> Comparison:
+    """Every policy of ``policy_types`` and the baselines on the trace, for the document's first workload.
+
+    ``grow_to``: for the built-in workload, whose bounds are no user's. Where no fixed fleet up to its
+    ``maxReplicas`` meets the SLO target, ``maxReplicas`` doubles, up to ``grow_to``, until one does, so
+    that a trace heavier than the built-in bound, or a slower replica, still gets a comparison. It stops
+    doubling once a doubling has neither halved the largest fixed fleet's shortfall from the target nor
+    left it without requests that waited in the queue longer than the SLO: a fleet that misses on its
+    replicas' own speed (a 100 % target, an SLO under one prompt's prefill) misses at any size. The
+    comparison's ``workload`` has the bound it ran with."""
     started = time.monotonic()
     workload = document.workloads[0]
     signals_for([m.name for m in workload.metrics])  # a metric the simulator cannot provide fails here
@@ -654,6 +673,16 @@ def compare(
     # Untuned runs may start during the search's last run (``then``); tuning searches, many runs each, are
     # not started on a bet.
     base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, None if tuning else jobs)
+    gap = math.inf
+    while base.static_replicas is None and grow_to is not None and workload.max_replicas < grow_to:
+        wait = base.static_run.queue_wait_p99_s
+        if not (2 * (slo_target - base.static_run.slo_attainment) <= gap or (wait or 0.0) > slo_ttft):
+            break
+        gap = slo_target - base.static_run.slo_attainment
+        missed = workload.max_replicas
+        document, workload = workload_variant(document, workload, {"maxReplicas": min(grow_to, 2 * missed)})
+        then = None if tuning else jobs
+        base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then, missed)
     result = Comparison(
         trace, model, workload, slo_ttft, slo_target, base.initial, static_best_replicas=base.static_replicas
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from autoscaler.cli import main
 from simulations.compare import builtin_policy, compare, keda_contender
@@ -27,7 +28,7 @@ from simulations.runner import (
     slo_met,
 )
 from simulations.traces import Trace, TraceError, load_trace, synthetic_day
-from tests.helpers import assert_report_consistent, drain
+from tests.helpers import assert_report_consistent, drain, workload_doc
 
 
 def _poisson(rate: float, n: int, prompt: int, output: int, seed: int = 1) -> Trace:
@@ -87,10 +88,35 @@ def test_a_load_beyond_max_replicas_is_named_in_the_verdict(tmp_path: Path, caps
     heavy.write_text(
         "".join(f'{{"timestamp": {i * 100}, "input_length": 20000, "output_length": 10}}\n' for i in range(600))
     )
-    assert main(["simulate", "--trace", str(heavy), "--policy", "threshold"]) == 0
-    out = capsys.readouterr().out
-    assert "no run meets the SLO target (99%), not even 32 fixed replicas; the oracle's busiest minute takes" in out
-    assert "more than maxReplicas" in out
+    config = tmp_path / "policy.yaml"
+    config.write_text(yaml.safe_dump(workload_doc(maxReplicas=32)))
+    assert main(["simulate", "--config", str(config), "--trace", str(heavy)]) == 0
+    captured = capsys.readouterr()
+    says = "no run meets the SLO target (99%), not even 32 fixed replicas; the oracle's busiest minute takes"
+    assert says in captured.out
+    assert "more than maxReplicas" in captured.out
+    assert "maxReplicas" not in captured.err  # a file's bounds are the user's: the comparison keeps them
+
+
+def test_the_built_in_workload_grows_its_bound_for_a_load_no_fleet_of_32_carries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace heavier than the built-in ``maxReplicas`` (or a slower replica) gets a comparison, not a
+    table of runs that all hold the bound and miss: the bound doubles until a fixed fleet meets the SLO."""
+    heavy = tmp_path / "heavy.jsonl"
+    heavy.write_text(
+        "".join(f'{{"timestamp": {i * 50}, "input_length": 2000, "output_length": 20}}\n' for i in range(4000))
+    )
+    out = tmp_path / "report.json"
+    assert main(["simulate", "--trace", str(heavy), "--policy", "threshold", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "no fixed fleet of up to 32 replicas met the SLO, so the built-in workload ran with maxReplicas 64" in (
+        captured.err
+    )
+    data = json.loads(out.read_text())
+    assert data["model"]["max_replicas"] == 64
+    assert 32 < data["model"]["static_best_replicas"] <= 64
+    assert_report_consistent(data)
 
 
 @pytest.mark.parametrize(
