@@ -325,16 +325,18 @@ def footing(
     slo_target: float,
     tick: Callable[[str], None] = lambda _: None,
     then: list[tuple[str, Any]] | None = None,
-    missed_below: int = 0,
+    above: Footing | None = None,
 ) -> Footing:
     """The oracle's bound, then the fixed fleet's search from its busiest minute (``static_best``, which
-    may start ``then`` on a bet), above ``missed_below`` (fleets up to it are known to miss). Runs start
-    from that fleet, as if the controller had been running before the trace began: no policy pays for a
-    cold fleet at t=0; without one, from ``maxReplicas``."""
+    may start ``then`` on a bet). Runs start from that fleet, as if the controller had been running before
+    the trace began: no policy pays for a cold fleet at t=0; without one, from ``maxReplicas``.
+
+    ``above``: the footing of the same trace under a lower ``maxReplicas`` where no fixed fleet met the
+    target: its bound stands, and the search starts above the fleet it ended on."""
     lo, hi = workload.min_replicas, workload.max_replicas
-    bound = oracle_bound(trace, model, lo, slo_ttft, slo_target)
+    bound = above.bound if above is not None else oracle_bound(trace, model, lo, slo_ttft, slo_target)
     searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
-    start = max(bound.busiest, missed_below + 1)
+    start = max(bound.busiest, above.initial + 1) if above is not None else bound.busiest
     best, best_run, ahead = static_best(searching, lo, hi, start, tick, then)
     return Footing(bound, best, best_run, best if best is not None else hi, ahead)
 
@@ -672,17 +674,16 @@ def compare(
     jobs += [("keda", True), ("keda", False)]
     # Untuned runs may start during the search's last run (``then``); tuning searches, many runs each, are
     # not started on a bet.
-    base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, None if tuning else jobs)
+    then = None if tuning else jobs
+    base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then)
     gap = math.inf
     while base.static_replicas is None and grow_to is not None and workload.max_replicas < grow_to:
         wait = base.static_run.queue_wait_p99_s
         if not (2 * (slo_target - base.static_run.slo_attainment) <= gap or (wait or 0.0) > slo_ttft):
             break
         gap = slo_target - base.static_run.slo_attainment
-        missed = workload.max_replicas
-        document, workload = workload_variant(document, workload, {"maxReplicas": min(grow_to, 2 * missed)})
-        then = None if tuning else jobs
-        base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then, missed)
+        document, workload = workload_variant(document, workload, {"maxReplicas": min(grow_to, 2 * base.initial)})
+        base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then, above=base)
     result = Comparison(
         trace, model, workload, slo_ttft, slo_target, base.initial, static_best_replicas=base.static_replicas
     )
