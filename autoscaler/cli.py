@@ -18,6 +18,7 @@ import yaml
 from autoscaler import __version__
 from autoscaler.policy_file import PolicyFile, PolicyFileError, json_schema, load_policy_file, parse_policy_document
 from autoscaler.recorded import RecordedMetricsError, read_ticks
+from policies.spec import parse_duration
 
 if TYPE_CHECKING:
     from autoscaler.settings import Settings
@@ -56,6 +57,24 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
+
+
+def _window(text: str) -> tuple[int, int | None]:
+    """``START:END``, each a duration (``7d``, ``36h``, ``90m``, seconds) after the trace's first request;
+    either may be left out (``:2d``, ``30d:``)."""
+    start, colon, end = text.partition(":")
+    try:
+        if not colon:
+            raise ValueError("no ':'")
+        first = parse_duration(start) if start.strip() else 0
+        last = parse_duration(end) if end.strip() else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not START:END, each a duration such as 7d, 36h, 90m or seconds (either may be left out)"
+        ) from None
+    if last is not None and last <= first:
+        raise argparse.ArgumentTypeError(f"{text!r}: the window ends before it starts")
+    return first, last
 
 
 def _seed(text: str) -> int:
@@ -182,6 +201,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             cold = document.workloads[0].cold_start_seconds
         model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica])
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
+        if args.window is not None:
+            trace = trace.window(*args.window)
         if document is None:
             document, sizing = sized_builtin(model, trace, args.slo_ttft, args.slo_target, _StderrNote())
         workload = document.workloads[0]
@@ -210,7 +231,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) else str(exc)
         _error(message)
         return EXIT_BAD_INPUT
-    data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale, **sizing})
+    window = {} if args.window is None else {"window_s": list(args.window)}
+    data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale, **window, **sizing})
     print(reporting.table(data))
     print(f"(simulated in {comparison.elapsed_s:.1f} s)", file=sys.stderr)
     written = args.out
@@ -451,7 +473,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the policy file of the cheapest policy that met the SLO, with the setting it ran with "
         "(tuned, with --tune), for `run`; exit 1 and write nothing if none met it",
     )
-    p.add_argument("--time-scale", type=_finite, default=1.0, help="2 = replay twice as fast")
+    p.add_argument(
+        "--time-scale",
+        type=_finite,
+        default=1.0,
+        help="2 = replay twice as fast (its load then changes twice as fast against the cold start)",
+    )
+    p.add_argument(
+        "--window",
+        type=_window,
+        metavar="START:END",
+        help="simulate only the requests that arrive in this part of the trace, timed from its first request "
+        "before --time-scale (7d:14d is its second week; :6h, 30d:)",
+    )
     p.add_argument("--cold-start", type=_finite, metavar="SECONDS", help="overrides coldStartSeconds")
     p.add_argument(
         "--slo-ttft",

@@ -13,11 +13,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-_DURATION = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m(?!s))?\s*(?:(\d+)s)?\s*$")
+_DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m(?!s))?\s*(?:(\d+)s)?\s*$")
 
 
 def parse_duration(value: Any) -> Any:
-    """Accept integer seconds, or a string such as ``"90s"``, ``"5m"``, ``"1h30m"`` or ``"300"``.
+    """Accept integer seconds, or a string such as ``"90s"``, ``"5m"``, ``"1h30m"``, ``"7d"`` or ``"300"``.
 
     Anything else is passed through so that pydantic reports the type error with its field path.
     """
@@ -32,8 +32,8 @@ def parse_duration(value: Any) -> Any:
         match = _DURATION.match(text)
         if not text or match is None or not any(match.groups()):
             raise ValueError(f"invalid duration {value!r}: use integer seconds or a string such as '90s' or '5m'")
-        hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-        return hours * 3600 + minutes * 60 + seconds
+        days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+        return days * 86400 + hours * 3600 + minutes * 60 + seconds
     return value
 
 

@@ -189,7 +189,8 @@ def long_run_hint(trace: Trace, model: ReplicaModel) -> str | None:
     return (
         f"the trace spans {trace.duration_s / 86400:.1f} days, {steps / 1e6:.1f} million steps of "
         f"{model.step_s:g} s for each run (every policy, baseline and static-best candidate); "
-        "--time-scale N replays it N times faster"
+        "--window START:END simulates part of it (7d:14d, its second week); --time-scale N replays it N times "
+        "faster, and its load then changes N times faster against the cold start"
     )
 
 

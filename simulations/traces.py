@@ -143,11 +143,39 @@ class Trace:
         prompt = self.prompt_tokens.astype(float)
         return self.prefix.least_prefill(prompt) if self.prefix is not None else prompt
 
+    def window(self, start_s: float, end_s: float | None = None) -> Trace:
+        """The requests that arrive from ``start_s`` until before ``end_s`` seconds (``None``: the end) after
+        the trace's first, timed from the first of them, as every reader times a trace. A week cut from
+        months of traffic keeps its load's pace against the cold start, which ``scaled`` does not."""
+        first = float(self.arrival_s[0])
+        lo = int(np.searchsorted(self.arrival_s, first + start_s, side="left"))
+        hi = len(self.arrival_s) if end_s is None else int(np.searchsorted(self.arrival_s, first + end_s, "left"))
+        if hi <= lo:
+            raise TraceError(f"{self.name}: no request arrives within the --window")
+        index = np.arange(lo, hi, dtype=np.int64)
+        arrival = self.arrival_s[lo:hi]
+        return replace(
+            self,
+            name=f"{self.name} [{_span(start_s)}:{'' if end_s is None else _span(end_s)}]",
+            arrival_s=arrival - arrival[0],
+            prompt_tokens=self.prompt_tokens[lo:hi],
+            output_tokens=self.output_tokens[lo:hi],
+            prefix=None if self.prefix is None else self.prefix.take(index),
+        )
+
     def scaled(self, time_scale: float) -> Trace:
         """``time_scale`` 2 replays the trace twice as fast."""
         if time_scale <= 0:
             raise TraceError("--time-scale must be positive")
         return replace(self, arrival_s=self.arrival_s / time_scale)
+
+
+def _span(seconds: float) -> str:
+    """``seconds`` in the largest whole unit of a duration (``7d``, ``36h``, ``90m``, ``45s``)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 class _Requests:

@@ -57,7 +57,10 @@ def test_behavior_defaults_are_the_hpas() -> None:
     assert [(p.type.value, p.value, p.period_seconds) for p in resolved.down.policies or []] == [("Percent", 100, 15)]
 
 
-@pytest.mark.parametrize(("text", "seconds"), [(90, 90), ("90s", 90), ("5m", 300), ("1h30m", 5400), ("300", 300)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [(90, 90), ("90s", 90), ("5m", 300), ("1h30m", 5400), ("300", 300), ("7d", 604800), ("1d12h", 129600)],
+)
 def test_durations(text: object, seconds: int) -> None:
     assert parse_duration(text) == seconds
     doc = workload_doc(behavior={"scaleDown": {"stabilizationWindowSeconds": text}})

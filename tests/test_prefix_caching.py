@@ -258,3 +258,13 @@ def test_no_first_token_comes_sooner_than_its_prefill_allows(routing: str) -> No
     ttft = fleet.first_token - fleet.arrival
     assert (ttft >= model.idle_prefill_s(fleet.computed) - 1e-9).all()
     assert (fleet.computed < fleet.prompt).mean() > 0.5
+
+
+def test_a_window_of_a_trace_keeps_its_requests_prefix_blocks() -> None:
+    trace = _trace([0.0, 10.0, 20.0, 30.0], [[1, 2], [1, 3, 4], [5], [1, 2, 6]])
+    part = trace.window(10.0, 30.0)
+    assert part.arrival_s.tolist() == [0.0, 10.0]
+    assert part.prompt_tokens.tolist() == [3 * BLOCK, BLOCK]
+    assert part.prefix is not None and [part.prefix.of(i).tolist() for i in range(2)] == [[1, 3, 4], [5]]
+    # The request before the window no longer warms the cache: [1, 3, 4] shares nothing with the window.
+    assert part.least_prefill_tokens.tolist() == [3 * BLOCK, BLOCK]

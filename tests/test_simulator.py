@@ -128,6 +128,10 @@ def test_the_built_in_workload_grows_its_bound_for_a_load_no_fleet_of_32_carries
         (["--cold-start", "-5"], "--cold-start must be a number of seconds, 0 or more"),
         (["--replica", "prefill_tokens_per_s=inf"], "--replica prefill_tokens_per_s: Input should be a finite number"),
         (["--trace", "."], ".: not a file"),
+        (["--window", "2h:1h"], "argument --window: '2h:1h': the window ends before it starts"),
+        (["--window", "90m"], "argument --window: '90m' is not START:END, each a duration"),
+        (["--window", "1x:2h"], "argument --window: '1x:2h' is not START:END"),
+        (["--window", "2d:"], "no request arrives within the --window"),
     ],
 )
 def test_options_that_mean_nothing_are_refused(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -549,9 +553,31 @@ def test_azure_stamps_with_a_zone_read_and_stamps_without_one_are_utc(
 def test_a_trace_of_weeks_is_announced_with_the_way_to_shorten_it() -> None:
     weeks = Trace("weeks", np.array([0.0, 21 * 86400.0]), np.array([10, 10]), np.array([1, 1]))
     hint = long_run_hint(weeks, ReplicaModel())
-    assert hint is not None and "21.0 days, 1.8 million steps of 1 s" in hint and "--time-scale" in hint
+    assert hint is not None and "21.0 days, 1.8 million steps of 1 s" in hint
+    assert "--window START:END" in hint and "--time-scale" in hint
     assert long_run_hint(weeks.scaled(2), ReplicaModel()) is None
     assert long_run_hint(synthetic_day(), ReplicaModel()) is None
+
+
+def test_a_window_of_a_trace_is_timed_from_its_first_request() -> None:
+    trace = Trace("t.csv", np.array([5.0, 65.0, 3605.0, 7205.0, 9000.0]), np.arange(5), np.ones(5, dtype=np.int64))
+    part = trace.window(60, 7200)  # from the trace's first request: 65 s to 7205 s, the end left out
+    assert part.arrival_s.tolist() == [0.0, 3540.0] and part.prompt_tokens.tolist() == [1, 2]
+    assert part.name == "t.csv [1m:2h]"
+    assert trace.window(7200).arrival_s.tolist() == [0.0, 1795.0] and trace.window(7200).name == "t.csv [2h:]"
+    with pytest.raises(TraceError, match="no request arrives within the --window"):
+        trace.window(3601, 7199)
+
+
+def test_simulate_runs_a_window_of_the_trace(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    assert main(["simulate", "--window", "1h:90m", "--policy", "threshold", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    day = synthetic_day()
+    within = (day.arrival_s >= 3600) & (day.arrival_s < 5400)
+    assert data["requests"] == int(within.sum()) and data["duration_s"] < 1800
+    assert data["trace"].endswith("[1h:90m]") and data["model"]["window_s"] == [3600, 5400]
+    assert_report_consistent(data)
 
 
 def test_a_trace_saved_with_a_byte_order_mark_and_crlf_reads(tmp_path: Path) -> None:
