@@ -156,7 +156,7 @@ class Trace:
         arrival = self.arrival_s[lo:hi]
         return replace(
             self,
-            name=f"{self.name} [{_span(start_s)}:{'' if end_s is None else _span(end_s)}]",
+            name=f"{self.name} [{_span(start_s) if start_s else ''}:{'' if end_s is None else _span(end_s)}]",
             arrival_s=arrival - arrival[0],
             prompt_tokens=self.prompt_tokens[lo:hi],
             output_tokens=self.output_tokens[lo:hi],

@@ -565,6 +565,7 @@ def test_a_window_of_a_trace_is_timed_from_its_first_request() -> None:
     assert part.arrival_s.tolist() == [0.0, 3540.0] and part.prompt_tokens.tolist() == [1, 2]
     assert part.name == "t.csv [1m:2h]"
     assert trace.window(7200).arrival_s.tolist() == [0.0, 1795.0] and trace.window(7200).name == "t.csv [2h:]"
+    assert trace.window(0, 60).name == "t.csv [:1m]"
     with pytest.raises(TraceError, match="no request arrives within the --window"):
         trace.window(3601, 7199)
 
