@@ -149,10 +149,9 @@ class Trace:
         months of traffic keeps its load's pace against the cold start, which ``scaled`` does not."""
         first = float(self.arrival_s[0])
         lo = int(np.searchsorted(self.arrival_s, first + start_s, side="left"))
-        hi = len(self.arrival_s) if end_s is None else int(np.searchsorted(self.arrival_s, first + end_s, "left"))
+        hi = len(self.arrival_s) if end_s is None else int(np.searchsorted(self.arrival_s, first + end_s, side="left"))
         if hi <= lo:
             raise TraceError(f"{self.name}: no request arrives within the --window")
-        index = np.arange(lo, hi, dtype=np.int64)
         arrival = self.arrival_s[lo:hi]
         return replace(
             self,
@@ -160,7 +159,7 @@ class Trace:
             arrival_s=arrival - arrival[0],
             prompt_tokens=self.prompt_tokens[lo:hi],
             output_tokens=self.output_tokens[lo:hi],
-            prefix=None if self.prefix is None else self.prefix.take(index),
+            prefix=None if self.prefix is None else self.prefix.take(np.arange(lo, hi, dtype=np.int64)),
         )
 
     def scaled(self, time_scale: float) -> Trace:
