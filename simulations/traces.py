@@ -73,9 +73,14 @@ class PrefixBlocks:
         blocks: np.ndarray = self.ids[self.offsets[request] : self.offsets[request + 1]]
         return blocks
 
+    def part(self, start: int, stop: int) -> PrefixBlocks:
+        """The blocks of requests ``start`` to ``stop - 1``: a slice of the ids, where ``take`` gathers them."""
+        offsets = self.offsets[start : stop + 1]
+        return PrefixBlocks(offsets - offsets[0], self.ids[offsets[0] : offsets[-1]], self.block_tokens)
+
     def head(self, count: int) -> PrefixBlocks:
         """The blocks of the first ``count`` requests."""
-        return PrefixBlocks(self.offsets[: count + 1], self.ids[: self.offsets[count]], self.block_tokens)
+        return self.part(0, count)
 
     def repeated(self, count: int) -> PrefixBlocks:
         """The blocks of ``count`` requests that go through these in order, again and again, each pass
@@ -159,7 +164,7 @@ class Trace:
             arrival_s=arrival - arrival[0],
             prompt_tokens=self.prompt_tokens[lo:hi],
             output_tokens=self.output_tokens[lo:hi],
-            prefix=None if self.prefix is None else self.prefix.take(np.arange(lo, hi, dtype=np.int64)),
+            prefix=None if self.prefix is None else self.prefix.part(lo, hi),
         )
 
     def scaled(self, time_scale: float) -> Trace:
