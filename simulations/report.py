@@ -9,8 +9,12 @@ from typing import Any
 
 from simulations.compare import Comparison
 from simulations.runner import floor_to
+from simulations.traces import Trace
 
 BASELINES = ("keda-avg", "keda-sum", "static-best", "oracle")
+# The windows ``load`` gives the busiest prompt tokens of: a second (the SLO's scale), a scrape window, a
+# cold start, an hour (the scale of a diurnal swing).
+BUSIEST_WINDOWS_S = (1, 60, 300, 3600)
 
 
 def report(comparison: Comparison, extra_model: dict[str, Any]) -> dict[str, Any]:
@@ -50,11 +54,44 @@ def report(comparison: Comparison, extra_model: dict[str, Any]) -> dict[str, Any
         "model": model,
         "results": results,
     }
+    data["load"] = load(c.trace)
     if c.trace.prefix is not None:
         # What one cache of unbounded size, shared by the fleet, would hold: the most any routing can reach.
         least = float(c.trace.least_prefill_tokens.sum())
         data["prefix_reuse"] = round(1.0 - least / float(c.trace.prompt_tokens.sum()), 4)
     return data
+
+
+def load(trace: Trace) -> dict[str, Any]:
+    """The trace's mean rates and how far its busiest second, minute, five minutes and hour rise above
+    them (``Trace.busiest``, in prompt tokens): whether a fleet that follows the load has troughs to save
+    in, and whether its bursts are shorter than the signals a policy reads."""
+    span = trace.duration_s
+    busiest = {f"{w}s": trace.busiest(w) for w in BUSIEST_WINDOWS_S}
+    return {
+        "mean_requests_per_s": round(trace.requests / span, 4) if span > 0 else None,
+        "mean_prompt_tokens_per_s": round(float(trace.prompt_tokens.sum()) / span, 1) if span > 0 else None,
+        "busiest_prompt_tokens_over_mean": {k: round(v, 2) for k, v in busiest.items() if v is not None},
+    }
+
+
+def _load_line(shape: dict[str, Any]) -> str:
+    if shape["mean_requests_per_s"] is None:
+        return "load: every request arrives at once"
+    names = {"1s": "second", "60s": "minute", "300s": "5 min", "3600s": "hour"}
+    busiest = [(names[k], v) for k, v in reversed(shape["busiest_prompt_tokens_over_mean"].items())]
+    line = (
+        f"load: {shape['mean_requests_per_s']:.3g} requests/s, {shape['mean_prompt_tokens_per_s']:,.0f} prompt "
+        "tokens/s on average"
+    )
+    if busiest:
+        ratios = _series([f"{v:.3g}" for _, v in busiest])
+        line += f"; the busiest {_series([n for n, _ in busiest])} carry {ratios} times that"
+    return line
+
+
+def _series(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -105,6 +142,8 @@ def table(data: dict[str, Any]) -> str:
         f"SLO: TTFT beyond own prefill <= {m['slo_ttft_s']} s for {percent(m['slo_target'])} of requests; "
         f"cold start {m['cold_start_s']:.0f} s; replicas {m['min_replicas']}-{m['max_replicas']}"
     )
+    if "load" in data:
+        title += "\n" + _load_line(data["load"])
     return title + "\n" + "\n".join(lines) + "\n" + verdict(data)
 
 
@@ -169,8 +208,7 @@ def verdict(data: dict[str, Any]) -> str:
             line += " with the settings given; --tune finds each policy's cheapest setting for this traffic"
         return line
     names = [r["policy"] for r in cheapest]
-    who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    line = f"verdict: cheapest at the SLO {'is' if len(names) == 1 else 'are'} {who}, {least:.2f} GPU-h"
+    line = f"verdict: cheapest at the SLO {'is' if len(names) == 1 else 'are'} {_series(names)}, {least:.2f} GPU-h"
     if static not in meeting:
         return line + f"; no fixed fleet of up to {data['model']['max_replicas']} replicas meets it"
     return line + f", {1.0 - least / static['gpu_hours']:.1%} under static-best's {static['gpu_hours']:.2f}"

@@ -148,6 +148,18 @@ class Trace:
         prompt = self.prompt_tokens.astype(float)
         return self.prefix.least_prefill(prompt) if self.prefix is not None else prompt
 
+    def busiest(self, window_s: float) -> float | None:
+        """The prompt tokens arriving in the busiest ``window_s`` of the trace (any start, not aligned to a
+        clock), as a multiple of what the trace's mean rate brings in that long; ``None`` for a window
+        longer than the trace. Where it is high at a second and low at five minutes, the load comes in
+        bursts shorter than a scrape, which no one-minute signal shows before their requests have waited."""
+        if not 0 < window_s <= self.duration_s:
+            return None
+        tokens = np.concatenate(([0.0], np.cumsum(self.prompt_tokens, dtype=np.float64)))
+        ends = np.searchsorted(self.arrival_s, self.arrival_s + window_s, side="left")
+        most = float(np.max(tokens[ends] - tokens[:-1]))
+        return most / (float(tokens[-1]) / self.duration_s * window_s)
+
     def window(self, start_s: float, end_s: float | None = None) -> Trace:
         """The requests that arrive from ``start_s`` until before ``end_s`` seconds (``None``: the end) after
         the trace's first, timed from the first of them, as every reader times a trace. A week cut from

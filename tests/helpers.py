@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -69,6 +70,9 @@ def assert_report_consistent(data: dict[str, Any]) -> None:
         # No replica's cache holds more than one cache of unbounded size shared by all would.
         assert ("prefix_cache_hits" in r) == ("prefix_reuse" in data), name
         assert 0 <= r.get("prefix_cache_hits", 0) <= data.get("prefix_reuse", 0) + 1e-4, name
+    # A busiest window of 2w holds at most two of w, so the ratio to the mean only falls as the window grows.
+    busiest = list(data["load"]["busiest_prompt_tokens_over_mean"].values())
+    assert all(a >= b - 0.01 for a, b in pairwise(busiest)), busiest
     static = model["static_best_replicas"]
     if static is not None:
         assert runs["static-best"]["gpu_hours"] == pytest.approx(static * hours, rel=1e-3, abs=1e-4)

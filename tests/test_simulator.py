@@ -559,6 +559,54 @@ def test_a_trace_of_weeks_is_announced_with_the_way_to_shorten_it() -> None:
     assert long_run_hint(synthetic_day(), ReplicaModel()) is None
 
 
+# arrivals (s), prompt tokens, window (s), busiest / mean
+BUSIEST_CASES = [
+    # 600 tokens over 100 s, 6 a second on average: 300 of them within one second is 50 times that.
+    ([0.0, 50.0, 50.5, 100.0], [100, 200, 100, 200], 1.0, 300 / 6),
+    # A window reaching the next arrival's very time leaves it out, as [t, t + w) does.
+    ([0.0, 50.0, 51.0, 100.0], [100, 200, 100, 200], 1.0, 200 / 6),
+    # Windows start anywhere, not on a clock's minutes: 59.5 to 119.5 s holds both of the middle two.
+    ([0.0, 59.5, 119.0, 240.0], [10, 30, 30, 10], 60.0, 60 / (80 / 240 * 60)),
+    # As long as the trace: the window from the second arrival holds the last two, from the first not the last.
+    ([0.0, 10.0, 20.0], [5, 5, 10], 20.0, 15 / 20),
+    # Longer than the trace: no such window.
+    ([0.0, 10.0, 20.0], [5, 5, 10], 21.0, None),
+    # Every request at once: no span to take a mean over.
+    ([3.0, 3.0], [5, 5], 1.0, None),
+]
+
+
+@pytest.mark.parametrize(("arrivals", "prompts", "window", "expected"), BUSIEST_CASES)
+def test_the_busiest_window_of_a_trace(
+    arrivals: list[float], prompts: list[int], window: float, expected: float | None
+) -> None:
+    trace = Trace("t", np.array(arrivals), np.array(prompts), np.ones(len(prompts), dtype=np.int64))
+    got = trace.busiest(window)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+def test_the_report_gives_the_loads_burstiness_at_the_slos_scale_and_the_cold_starts(
+    shared_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Azure hour's busiest five minutes carry 1.8 times its mean prompt tokens, its busiest second 5.5
+    times: a load that follows its mean has little to save, and its bursts are seconds long."""
+    out = tmp_path / "r.json"
+    trace = shared_trace / "azure_llm_2023_conv.csv"
+    args = ["simulate", "--trace", str(trace), "--policy", "threshold", "--config", str(tmp_path / "p.yaml")]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(workload_doc(maxReplicas=32)))
+    assert main([*args, "--out", str(out)]) == 0
+    load = json.loads(out.read_text())["load"]
+    assert load["mean_requests_per_s"] == pytest.approx(19366 / load_trace(trace).duration_s, abs=1e-4)
+    busiest = load["busiest_prompt_tokens_over_mean"]
+    assert list(busiest) == ["1s", "60s", "300s"]  # the trace is shorter than an hour
+    assert busiest["300s"] == pytest.approx(1.77, abs=0.01) and busiest["1s"] == pytest.approx(5.5, abs=0.1)
+    printed = capsys.readouterr().out.splitlines()[1]
+    assert printed == (
+        "load: 5.53 requests/s, 6,386 prompt tokens/s on average; the busiest 5 min, minute and second carry "
+        "1.77, 2 and 5.5 times that"
+    )
+
+
 def test_a_window_of_a_trace_is_timed_from_its_first_request() -> None:
     trace = Trace("t.csv", np.array([5.0, 65.0, 3605.0, 7205.0, 9000.0]), np.arange(5), np.ones(5, dtype=np.int64))
     part = trace.window(60, 7200)  # from the trace's first request: 65 s to 7205 s, the end left out
