@@ -75,7 +75,7 @@ def load(trace: Trace) -> dict[str, Any]:
     }
 
 
-def _load_line(shape: dict[str, Any]) -> str:
+def load_line(shape: dict[str, Any]) -> str:
     if shape["mean_requests_per_s"] is None:
         return "load: every request arrives at once"
     names = {"1s": "second", "60s": "minute", "300s": "5 min", "3600s": "hour"}
@@ -143,7 +143,7 @@ def table(data: dict[str, Any]) -> str:
         f"cold start {m['cold_start_s']:.0f} s; replicas {m['min_replicas']}-{m['max_replicas']}"
     )
     if "load" in data:
-        title += "\n" + _load_line(data["load"])
+        title += "\n" + load_line(data["load"])
     return title + "\n" + "\n".join(lines) + "\n" + verdict(data)
 
 

@@ -17,6 +17,7 @@ from autoscaler.cli import main
 from simulations.compare import builtin_policy, compare, keda_contender
 from simulations.fleet import Fleet, share_processor
 from simulations.replica_model import ReplicaModel, parse_overrides
+from simulations.report import load, load_line
 from simulations.runner import (
     Contender,
     RunResult,
@@ -332,7 +333,7 @@ def test_real_traces_are_read(shared_trace: Path) -> None:
         load_trace(shared_trace / "servegen_m-mid_rate_600s.csv")
 
 
-def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path) -> None:
+def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     code = main(
         [
@@ -359,6 +360,8 @@ def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path) -> None:
     assert 0.6 < data["prefix_reuse"] < 0.7
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert_report_consistent(data)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1] == load_line(data["load"]) and printed[1].startswith("load: 3.91 requests/s")
 
 
 def test_simulate_rejects_a_metric_it_cannot_provide(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -585,25 +588,21 @@ def test_the_busiest_window_of_a_trace(
     assert got == (None if expected is None else pytest.approx(expected))
 
 
-def test_the_report_gives_the_loads_burstiness_at_the_slos_scale_and_the_cold_starts(
-    shared_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_load_gives_the_burstiness_at_the_slos_scale_and_the_cold_starts(shared_trace: Path) -> None:
     """The Azure hour's busiest five minutes carry 1.8 times its mean prompt tokens, its busiest second 5.5
     times: a load that follows its mean has little to save, and its bursts are seconds long."""
-    out = tmp_path / "r.json"
-    trace = shared_trace / "azure_llm_2023_conv.csv"
-    args = ["simulate", "--trace", str(trace), "--policy", "threshold", "--config", str(tmp_path / "p.yaml")]
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(workload_doc(maxReplicas=32)))
-    assert main([*args, "--out", str(out)]) == 0
-    load = json.loads(out.read_text())["load"]
-    assert load["mean_requests_per_s"] == pytest.approx(19366 / load_trace(trace).duration_s, abs=1e-4)
-    busiest = load["busiest_prompt_tokens_over_mean"]
+    trace = load_trace(shared_trace / "azure_llm_2023_conv.csv")
+    shape = load(trace)
+    assert shape["mean_requests_per_s"] == pytest.approx(19366 / trace.duration_s, abs=1e-4)
+    busiest = shape["busiest_prompt_tokens_over_mean"]
     assert list(busiest) == ["1s", "60s", "300s"]  # the trace is shorter than an hour
     assert busiest["300s"] == pytest.approx(1.77, abs=0.01) and busiest["1s"] == pytest.approx(5.5, abs=0.1)
-    printed = capsys.readouterr().out.splitlines()[1]
-    assert printed == (
+    assert load_line(shape) == (
         "load: 5.53 requests/s, 6,386 prompt tokens/s on average; the busiest 5 min, minute and second carry "
         "1.77, 2 and 5.5 times that"
+    )
+    assert load_line(load(Trace("t", np.array([2.0, 2.0]), np.array([5, 5]), np.array([1, 1])))) == (
+        "load: every request arrives at once"
     )
 
 
