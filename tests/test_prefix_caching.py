@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from simulations.fleet import PREFIX_ROUTING_SLACK, Fleet
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, oracle_bound, run
 from simulations.sizing import LoadTest
 from simulations.traces import PrefixBlocks, Trace, TraceError, load_trace
-from tests.helpers import assert_report_consistent, drain
+from tests.helpers import assert_report_consistent, drain, workload_doc
 
 BLOCK = 512
 # A replica that prefills a tenant's requests (2,048 tokens of their own, 3,072 of its prefix) within the
@@ -210,8 +211,12 @@ def test_the_report_says_how_much_the_caches_held(tmp_path: Path) -> None:
     hits = {r["policy"]: r["prefix_cache_hits"] for r in data["results"] if r["policy"] != "oracle"}
     assert all(0.3 < h <= data["prefix_reuse"] for h in hits.values()), hits
     assert_report_consistent(data)
-    # Without caching the trace reuses as much, and the replicas hold none of it.
-    assert main([*args, "--replica", "kv_cache_tokens=200000", "--replica", "prefix_caching=0"]) == 0
+    # Without caching the trace reuses as much, and the replicas hold none of it (a policy file's workload,
+    # so that the built-in one's load tests run once).
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump(workload_doc(maxReplicas=32)))
+    without = ["--config", str(policy), "--replica", "kv_cache_tokens=200000", "--replica", "prefix_caching=0"]
+    assert main([*args, *without]) == 0
     data = json.loads(out.read_text())
     assert data["prefix_reuse"] == pytest.approx(0.7375, abs=1e-4) and data["model"]["prefix_caching"] is False
     assert {r.get("prefix_cache_hits") for r in data["results"] if r["policy"] != "oracle"} == {0.0}

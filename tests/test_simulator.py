@@ -272,7 +272,7 @@ def test_the_same_seed_gives_the_same_report(tmp_path: Path) -> None:
     outs = []
     for name in ("a.json", "b.json"):
         path = tmp_path / name
-        assert main(["simulate", "--seed", "4", "--time-scale", "4", "--policy", "threshold", "--out", str(path)]) == 0
+        assert main(["simulate", "--seed", "4", "--window", ":30m", "--policy", "threshold", "--out", str(path)]) == 0
         outs.append(json.loads(path.read_text()))
     assert outs[0] == outs[1]
     assert {r["policy"] for r in outs[0]["results"]} == {"threshold", "keda-avg", "keda-sum", "static-best", "oracle"}
@@ -393,10 +393,10 @@ def test_the_policy_sees_the_simulated_cold_start(tmp_path: Path, capsys: pytest
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         + "".join(f"2023-11-16 18:{m:02d}:00.0000000,500,50\n" for m in range(30))
     )
-    assert (
-        main(["simulate", "--trace", str(trace), "--cold-start", "42", "--policy", "predictive", "--out", str(out)])
-        == 0
-    )
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump(workload_doc(coldStartSeconds=300)))
+    args = ["simulate", "--config", str(policy), "--trace", str(trace), "--cold-start", "42", "--policy", "predictive"]
+    assert main([*args, "--out", str(out)]) == 0
     from simulations.compare import policy_contender
 
     document = builtin_policy()  # a file's coldStartSeconds (300) gives way to the replicas' own
@@ -655,7 +655,9 @@ def test_a_report_on_a_few_requests_is_consistent(tmp_path: Path, capsys: pytest
     assert data["model"]["static_best_replicas"] == 2
     single = tmp_path / "single.csv"
     single.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,m,100,10,110,x\n")
-    assert main(["simulate", "--trace", str(single), "--policy", "predictive"]) == 0
+    policy = tmp_path / "p.yaml"  # the built-in workload's load tests were run on the three requests above
+    policy.write_text(yaml.safe_dump(workload_doc()))
+    assert main(["simulate", "--config", str(policy), "--trace", str(single), "--policy", "predictive"]) == 0
     assert "the trace spans no time" in capsys.readouterr().out
 
 
