@@ -688,7 +688,10 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(
     assert main(["simulate", "--time-scale", "8", "--out", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
     if Path("/dev/full").exists():  # passes that check, fails on the write: the table stays printed
-        assert main(["simulate", "--time-scale", "8", "--policy", "threshold", "--out", "/dev/full"]) == 1
+        policy = tmp_path / "p.yaml"
+        policy.write_text(yaml.safe_dump(workload_doc()))
+        args = ["simulate", "--config", str(policy), "--window", ":10m", "--policy", "threshold"]
+        assert main([*args, "--out", "/dev/full"]) == 1
         captured = capsys.readouterr()
         assert "cannot write /dev/full: No space left on device" in captured.err and "static-best" in captured.out
 
@@ -1074,9 +1077,11 @@ def test_the_written_policy_file_runs_the_cheapest_policy_as_it_was_simulated(
 def test_no_policy_file_is_written_when_no_policy_met_the_slo(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    written = tmp_path / "tuned.yaml"
-    # Eight times as fast, the built-in day needs more than maxReplicas: nothing meets the SLO.
-    assert main(["simulate", "--time-scale", "8", "--policy", "threshold", "--write-config", str(written)]) == 1
+    written, policy = tmp_path / "tuned.yaml", tmp_path / "p.yaml"
+    # One replica cannot carry the built-in day's load: nothing meets the SLO.
+    policy.write_text(yaml.safe_dump(workload_doc(maxReplicas=1)))
+    args = ["simulate", "--config", str(policy), "--window", ":20m", "--policy", "threshold"]
+    assert main([*args, "--write-config", str(written)]) == 1
     assert "no policy met the SLO target (99%); nothing written to" in capsys.readouterr().err
     assert not written.exists()
 
