@@ -604,6 +604,16 @@ def test_the_load_gives_the_burstiness_at_the_slos_scale_and_the_cold_starts(sha
     assert load_line(load(Trace("t", np.array([2.0, 2.0]), np.array([5, 5]), np.array([1, 1])))) == (
         "load: every request arrives at once"
     )
+    # Stamped every 3 s: the busiest second is one stamp's arrivals, and the line says so.
+    arrivals = np.sort(np.append(np.arange(0.0, 120.0, 3.0), 60.0))  # two requests at 60 s
+    stamped = Trace("t", arrivals, np.full(41, 10), np.ones(41, dtype=np.int64))
+    assert load(stamped)["least_arrival_gap_s"] == 3.0
+    assert load_line(load(stamped)).endswith(
+        "the busiest minute and second carry 1 and 5.71 times that "
+        "(arrivals are stamped 3 s apart or more: the second's figure is one stamp's)"
+    )
+    two_seconds = Trace("t", np.array([0.0, 0.5, 2.0]), np.array([5, 5, 5]), np.array([1, 1, 1]))
+    assert load_line(load(two_seconds)).endswith("; the busiest second carries 1.33 times that")
 
 
 def test_a_window_of_a_trace_is_timed_from_its_first_request() -> None:
