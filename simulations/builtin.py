@@ -81,7 +81,7 @@ def sized_builtin(
         gain = pooling_gain(model, trace, slo_ttft, slo_target, shares.reference_rate)
         pooled = pooled_capacity(POOLED_REPLICAS, gain, LOAD_TEST_REPLICAS)
         note(f"{pooled:.2f} times as much, poolingGain {gain:g} a doubling", "\n")
-    document = builtin_policy(model, trace, shares.slo, shares.mix, scale, gain)
+    document = builtin_policy(model, trace, shares.slo, shares.mix, scale, gain, shares.replica)
     sizing: dict[str, Any] = {
         "builtin_target_shares": {
             "prompt_tokens_per_second": round(shares.prompt_tokens, 4),

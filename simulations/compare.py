@@ -60,6 +60,7 @@ def builtin_document(
     prompt_share: float = 1.0,
     headroom_scale: float = 1.0,
     pooling_gain: float = 0.0,
+    replica_share: float = 1.0,
 ) -> dict[str, Any]:
     """The built-in workload, its targets sized for ``model``'s replica, the trace's requests and the SLO,
     as a user would size them for their own.
@@ -74,7 +75,11 @@ def builtin_document(
 
     The first two are for an SLO of 2 s and requests of the built-in length distribution; a replica takes
     ``share`` of them for a tighter SLO, and ``prompt_share`` of the prompt-token one besides for the
-    trace's own requests (``sizing.builtin_shares``).
+    trace's own requests (``sizing.builtin_shares``). Of ``share``, ``replica_share`` is for a replica that
+    carries less than the built-in one within the SLO. Where it carries less because it holds fewer
+    sequences, its running target already says so: its batch counts as the built-in replica's times that
+    share, or its own if larger, so that the share does not shrink it twice (with ``max_num_seqs=4`` every
+    policy climbed to ``maxReplicas`` where 35 fixed replicas met the SLO).
 
     No KV-cache metric: the built-in one is the busiest replica's usage, and one long prompt fills a
     replica's cache whatever the fleet's load, so as a ``Value`` target it grows with the fleet it sizes.
@@ -87,6 +92,8 @@ def builtin_document(
     # Without a trace, about the mean request of the Azure conversation trace (1,155 + 211 tokens).
     footprint = float(np.mean(trace.prompt_tokens) + np.mean(trace.output_tokens)) if trace is not None else 1_400.0
     holds = model.sequences_held(footprint)
+    if replica_share < 1.0:
+        holds = max(holds, min(holds / replica_share, ReplicaModel().sequences_held(footprint)))
     cold_start = max(1, round(model.cold_start_s))
     policy: dict[str, Any] = {"type": "predictive"}
     if headroom_scale != 1.0:
@@ -140,11 +147,14 @@ def builtin_policy(
     prompt_share: float = 1.0,
     headroom_scale: float = 1.0,
     pooling_gain: float = 0.0,
+    replica_share: float = 1.0,
 ) -> PolicyFile:
     """The built-in workload for ``model`` and the trace's requests, its targets scaled by ``share`` and
     ``prompt_share`` (``sizing.builtin_shares``), its headroom by ``headroom_scale``
     (``sizing.headroom_scale``), its fleet's pooling ``pooling_gain`` (``sizing.pooling_gain``)."""
-    document = builtin_document(model or ReplicaModel(), trace, share, prompt_share, headroom_scale, pooling_gain)
+    document = builtin_document(
+        model or ReplicaModel(), trace, share, prompt_share, headroom_scale, pooling_gain, replica_share
+    )
     return parse_policy_document(document, "<built-in>")
 
 
