@@ -14,9 +14,9 @@ from simulations.runner import floor_to
 from simulations.traces import Trace
 
 BASELINES = ("keda-avg", "keda-sum", "static-best", "oracle")
-# The windows ``load`` gives the busiest prompt tokens of: a second (the SLO's scale), a scrape window, a
-# cold start, an hour (the scale of a diurnal swing).
-BUSIEST_WINDOWS_S = (1, 60, 300, 3600)
+# The windows ``load`` gives the busiest prompt tokens of, and their names in the table: a second (the
+# SLO's scale), a scrape window, a cold start, an hour (the scale of a diurnal swing).
+BUSIEST_WINDOWS = {"1s": (1, "second"), "60s": (60, "minute"), "300s": (300, "5 min"), "3600s": (3600, "hour")}
 
 
 def report(comparison: Comparison, extra_model: dict[str, Any]) -> dict[str, Any]:
@@ -69,10 +69,12 @@ def load(trace: Trace) -> dict[str, Any]:
     them (``Trace.busiest``, in prompt tokens): whether a fleet that follows the load has troughs to save
     in, and whether its bursts are shorter than the signals a policy reads."""
     span = trace.duration_s
-    busiest = {f"{w}s": trace.busiest(w) for w in BUSIEST_WINDOWS_S}
+    busiest = {key: trace.busiest(window) for key, (window, _) in BUSIEST_WINDOWS.items()}
     # A trace stamped coarsely (Mooncake's conversation trace, every 3 s) puts a stamp's arrivals in one
     # instant: the simulation replays them so, but the busiest second then counts the stamp, not the traffic.
-    gaps = np.diff(np.unique(trace.arrival_s))
+    # Arrivals are in time order, so the gaps between distinct stamps are the positive differences.
+    gaps = np.diff(trace.arrival_s)
+    gaps = gaps[gaps > 0]
     return {
         "mean_requests_per_s": round(trace.requests / span, 4) if span > 0 else None,
         "mean_prompt_tokens_per_s": round(float(trace.prompt_tokens.sum()) / span, 1) if span > 0 else None,
@@ -84,8 +86,7 @@ def load(trace: Trace) -> dict[str, Any]:
 def load_line(shape: dict[str, Any]) -> str:
     if shape["mean_requests_per_s"] is None:
         return "load: every request arrives at once"
-    names = {"1s": "second", "60s": "minute", "300s": "5 min", "3600s": "hour"}
-    busiest = [(names[k], v) for k, v in reversed(shape["busiest_prompt_tokens_over_mean"].items())]
+    busiest = [(BUSIEST_WINDOWS[k][1], v) for k, v in reversed(shape["busiest_prompt_tokens_over_mean"].items())]
     line = (
         f"load: {shape['mean_requests_per_s']:.3g} requests/s, {shape['mean_prompt_tokens_per_s']:,.0f} prompt "
         "tokens/s on average"
@@ -152,9 +153,7 @@ def table(data: dict[str, Any]) -> str:
         f"SLO: TTFT beyond own prefill <= {m['slo_ttft_s']} s for {percent(m['slo_target'])} of requests; "
         f"cold start {m['cold_start_s']:.0f} s; replicas {m['min_replicas']}-{m['max_replicas']}"
     )
-    if "load" in data:
-        title += "\n" + load_line(data["load"])
-    return title + "\n" + "\n".join(lines) + "\n" + verdict(data)
+    return title + "\n" + load_line(data["load"]) + "\n" + "\n".join(lines) + "\n" + verdict(data)
 
 
 def percent(fraction: float) -> str:
