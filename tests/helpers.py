@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from policies.spec import Behavior, ResolvedBehavior, ScalingPolicy, ScalingRules
 from simulations.fleet import Fleet
@@ -40,6 +42,13 @@ def workload_doc(**overrides: Any) -> dict[str, Any]:
     }
     workload.update(overrides)
     return {"interval": 15, "workloads": [workload]}
+
+
+def policy_file(folder: Path, **overrides: Any) -> Path:
+    """``workload_doc(**overrides)`` written as a policy file in ``folder``."""
+    path = folder / "policy.yaml"
+    path.write_text(yaml.safe_dump(workload_doc(**overrides)))
+    return path
 
 
 def drain(fleet: Fleet) -> None:

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from simulations.fleet import PREFIX_ROUTING_SLACK, Fleet
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, oracle_bound, run
 from simulations.sizing import LoadTest
 from simulations.traces import PrefixBlocks, Trace, TraceError, load_trace
-from tests.helpers import assert_report_consistent, drain, workload_doc
+from tests.helpers import assert_report_consistent, drain, policy_file
 
 BLOCK = 512
 # A replica that prefills a tenant's requests (2,048 tokens of their own, 3,072 of its prefix) within the
@@ -213,8 +212,7 @@ def test_the_report_says_how_much_the_caches_held(tmp_path: Path) -> None:
     assert_report_consistent(data)
     # Without caching the trace reuses as much, and the replicas hold none of it (a policy file's workload,
     # so that the built-in one's load tests run once).
-    policy = tmp_path / "p.yaml"
-    policy.write_text(yaml.safe_dump(workload_doc(maxReplicas=32)))
+    policy = policy_file(tmp_path, maxReplicas=32)
     without = ["--config", str(policy), "--replica", "kv_cache_tokens=200000", "--replica", "prefix_caching=0"]
     assert main([*args, *without]) == 0
     data = json.loads(out.read_text())

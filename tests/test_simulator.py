@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from autoscaler.cli import main
 from simulations.compare import builtin_policy, compare, keda_contender
@@ -29,7 +28,7 @@ from simulations.runner import (
     slo_met,
 )
 from simulations.traces import Trace, TraceError, load_trace, synthetic_day
-from tests.helpers import assert_report_consistent, drain, workload_doc
+from tests.helpers import assert_report_consistent, drain, policy_file
 
 
 def _poisson(rate: float, n: int, prompt: int, output: int, seed: int = 1) -> Trace:
@@ -89,8 +88,7 @@ def test_a_load_beyond_max_replicas_is_named_in_the_verdict(tmp_path: Path, caps
     heavy.write_text(
         "".join(f'{{"timestamp": {i * 100}, "input_length": 20000, "output_length": 10}}\n' for i in range(600))
     )
-    config = tmp_path / "policy.yaml"
-    config.write_text(yaml.safe_dump(workload_doc(maxReplicas=32)))
+    config = policy_file(tmp_path, maxReplicas=32)
     assert main(["simulate", "--config", str(config), "--trace", str(heavy)]) == 0
     captured = capsys.readouterr()
     says = "no run meets the SLO target (99%), not even 32 fixed replicas; the oracle's busiest minute takes"
@@ -421,8 +419,7 @@ def test_the_policy_sees_the_simulated_cold_start(tmp_path: Path, capsys: pytest
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         + "".join(f"2023-11-16 18:{m:02d}:00.0000000,500,50\n" for m in range(30))
     )
-    policy = tmp_path / "p.yaml"
-    policy.write_text(yaml.safe_dump(workload_doc(coldStartSeconds=300)))
+    policy = policy_file(tmp_path, coldStartSeconds=300)
     args = ["simulate", "--config", str(policy), "--trace", str(trace), "--cold-start", "42", "--policy", "predictive"]
     assert main([*args, "--out", str(out)]) == 0
     from simulations.compare import policy_contender
@@ -693,8 +690,7 @@ def test_a_report_on_a_few_requests_is_consistent(tmp_path: Path, capsys: pytest
     assert data["model"]["static_best_replicas"] == 2
     single = tmp_path / "single.csv"
     single.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,m,100,10,110,x\n")
-    policy = tmp_path / "p.yaml"  # the built-in workload's load tests were run on the three requests above
-    policy.write_text(yaml.safe_dump(workload_doc()))
+    policy = policy_file(tmp_path)  # the built-in workload's load tests were run on the three requests above
     assert main(["simulate", "--config", str(policy), "--trace", str(single), "--policy", "predictive"]) == 0
     assert "the trace spans no time" in capsys.readouterr().out
 
@@ -726,8 +722,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(
     assert main(["simulate", "--time-scale", "8", "--out", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
     if Path("/dev/full").exists():  # passes that check, fails on the write: the table stays printed
-        policy = tmp_path / "p.yaml"
-        policy.write_text(yaml.safe_dump(workload_doc()))
+        policy = policy_file(tmp_path)
         args = ["simulate", "--config", str(policy), "--window", ":10m", "--policy", "threshold"]
         assert main([*args, "--out", "/dev/full"]) == 1
         captured = capsys.readouterr()
@@ -1115,9 +1110,9 @@ def test_the_written_policy_file_runs_the_cheapest_policy_as_it_was_simulated(
 def test_no_policy_file_is_written_when_no_policy_met_the_slo(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    written, policy = tmp_path / "tuned.yaml", tmp_path / "p.yaml"
+    written = tmp_path / "tuned.yaml"
     # One replica cannot carry the built-in day's load: nothing meets the SLO.
-    policy.write_text(yaml.safe_dump(workload_doc(maxReplicas=1)))
+    policy = policy_file(tmp_path, maxReplicas=1)
     args = ["simulate", "--config", str(policy), "--window", ":20m", "--policy", "threshold"]
     assert main([*args, "--write-config", str(written)]) == 1
     assert "no policy met the SLO target (99%); nothing written to" in capsys.readouterr().err
