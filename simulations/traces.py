@@ -34,6 +34,14 @@ class TraceError(ValueError):
     """A trace that cannot be read; the message names the file and line."""
 
 
+class TooManyArrivals(TraceError):
+    """Rates that would expand to more than ``MAX_EXPANDED_REQUESTS`` requests (about ``expected``)."""
+
+    def __init__(self, expected: float) -> None:
+        super().__init__(f"the rates expand to about {expected:,.0f} requests, more than {MAX_EXPANDED_REQUESTS:,}")
+        self.expected = expected
+
+
 def held_prefix(cache: Container[int], keys: list[int]) -> int:
     """How many of a prompt's first blocks (``keys``, in order, ``PrefixBlocks.keys``) ``cache`` holds."""
     hit = 0
@@ -318,10 +326,7 @@ def poisson_arrivals(rng: np.random.Generator, starts: np.ndarray, rates: np.nda
     """Arrivals of a piecewise-constant Poisson process: ``rates[i]`` per second from ``starts[i]``."""
     expected = float(np.sum(np.maximum(rates, 0.0)) * width)
     if expected > MAX_EXPANDED_REQUESTS:
-        raise TraceError(
-            f"the rates expand to about {expected:,.0f} requests, more than {MAX_EXPANDED_REQUESTS:,}; "
-            "use --rate-scale to thin them"
-        )
+        raise TooManyArrivals(expected)
     counts = rng.poisson(np.maximum(rates, 0.0) * width)
     offsets = rng.random(int(counts.sum())) * width
     return np.sort(np.repeat(starts, counts) + offsets)
@@ -349,7 +354,17 @@ def read_rate(path: Path, seed: int, rate_scale: float = 1.0, lengths: Trace | N
     start = np.asarray(starts)
     width = float(np.median(np.diff(start))) if len(start) > 1 else 60.0
     rng = np.random.default_rng(seed)
-    arrivals = poisson_arrivals(rng, start, np.asarray(rates), width)
+    try:
+        arrivals = poisson_arrivals(rng, start, np.asarray(rates), width)
+    except TooManyArrivals as exc:
+        # A file of aggregate rates (ServeGen's are a whole service's, about 2,000 requests/s): say what
+        # its mean rate is and which scale fits, so the user need not work out either.
+        fits = rate_scale * MAX_EXPANDED_REQUESTS / exc.expected
+        raise TraceError(
+            f"{path}: {exc} ({exc.expected / (len(start) * width):,.4g} requests/s on average"
+            f"{f' at --rate-scale {rate_scale:g}' if rate_scale != 1 else ''}); --rate-scale multiplies every "
+            f"rate ({fits:.2g} or less fits); --window takes its part after the whole file is expanded"
+        ) from None
     prompt, output = sample_lengths(rng, len(arrivals), lengths)
     arrivals = arrivals - (arrivals[0] if len(arrivals) else 0.0)
     return Trace(path.name, arrivals, prompt, output, builtin_lengths=lengths is None)

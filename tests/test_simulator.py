@@ -327,8 +327,11 @@ def test_real_traces_are_read(shared_trace: Path) -> None:
         load_trace(shared_trace / "servegen_m-mid_rate_600s.csv", rate_scale=0.001, seed=2).arrival_s.tolist()
         == rate.arrival_s.tolist()
     )
-    with pytest.raises(TraceError, match="--rate-scale"):
+    # ServeGen's rates are a whole service's: the error gives their mean and the scale that fits.
+    with pytest.raises(TraceError, match=r"1,790 requests/s on average\); --rate-scale .* \(0\.0092 or less fits\)"):
         load_trace(shared_trace / "servegen_m-mid_rate_600s.csv")
+    with pytest.raises(TraceError, match=r"895 requests/s on average at --rate-scale 0\.5\); .* \(0\.0092 or less"):
+        load_trace(shared_trace / "servegen_m-mid_rate_600s.csv", rate_scale=0.5)
 
 
 def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
