@@ -1006,6 +1006,23 @@ def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
     )
     unbeaten["results"][0]["tuned"] = {"headroom": 0.08}
     assert verdict(unbeaten).endswith("(15 fixed replicas): no policy beat a fixed fleet here")
+    # Missing is not costing more: the verdict says which, and what meets the SLO there.
+    missed = data(("threshold", 80.0, 0.95), ("predictive", 100.0, 0.985), ("static-best", 120.0, 0.993))
+    assert verdict(missed).endswith(
+        "(15 fixed replicas): every policy missed the SLO with the settings given; --tune finds the cheapest "
+        "setting of each that meets it, if any does; minReplicas 15 holds the fixed fleet that does"
+    )
+    missed["results"][1]["tuned"] = {"headroom": 2.5}
+    assert verdict(missed).endswith(
+        "(15 fixed replicas): every policy missed the SLO, tuned too; minReplicas 15 holds the fixed fleet that does"
+    )
+    # The KEDA baselines are not policies of this controller: their misses beside a policy that meets at
+    # more cost than the fixed fleet leave the verdict as it was.
+    keda_missed = data(("keda-sum", 70.0, 0.96), ("predictive", 130.0, 0.995), ("static-best", 120.0, 0.993))
+    assert verdict(keda_missed).endswith(
+        "no policy beat a fixed fleet here with the settings given; "
+        "--tune finds each policy's cheapest setting for this traffic"
+    )
     nothing_meets = data(("predictive", 130.0, 0.9), ("static-best", 120.0, 0.98))
     nothing_meets["results"][-1]["max_replicas"] = 20
     assert verdict(nothing_meets) == (
