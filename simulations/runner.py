@@ -208,15 +208,38 @@ def certain_misses(fleet: Fleet, now: float, slo_ttft: float) -> int:
     return int(np.count_nonzero(waited > slo_ttft + 1e-9))
 
 
+def ttft_beyond_prefill(fleet: Fleet) -> np.ndarray:
+    """Each request's time to first token less its own prefill on an idle replica, what the SLO judges;
+    infinite for a request dropped or never served. Its own prefill is of the tokens it had to prefill:
+    with prefix caching, those after the prefix its replica held (a request not yet admitted counts all
+    of them, the most it can have)."""
+    beyond: np.ndarray = fleet.first_token - fleet.arrival - fleet.model.idle_prefill_s(fleet.computed)
+    beyond[np.isnan(beyond) | fleet.dropped] = np.inf
+    return beyond
+
+
 def slo_met(fleet: Fleet, slo_ttft: float) -> np.ndarray:
-    """Time to first token, less the request's own prefill on an idle replica, within ``slo_ttft``. Its
-    own prefill is of the tokens it had to prefill: with prefix caching, those after the prefix its
-    replica held (a request not yet admitted counts all of them, the most it can have)."""
-    own_prefill = fleet.model.idle_prefill_s(fleet.computed)
-    ttft = fleet.first_token - fleet.arrival
-    with np.errstate(invalid="ignore"):
-        met: np.ndarray = (~fleet.dropped) & ~np.isnan(ttft) & (ttft - own_prefill <= slo_ttft + 1e-9)
+    """Time to first token, less the request's own prefill on an idle replica, within ``slo_ttft``."""
+    met: np.ndarray = ttft_beyond_prefill(fleet) <= slo_ttft + 1e-9
     return met
+
+
+def p90_by_arrival(values: np.ndarray, arrival: np.ndarray, starts: np.ndarray) -> list[float]:
+    """The 90th percentile (nearest rank) of ``values`` over the requests arriving in each interval from
+    ``starts[i]`` to ``starts[i + 1]`` (the last to the end); NaN for an interval with no arrival."""
+    result = np.full(len(starts), np.nan)
+    if not len(starts) or not len(values):
+        return result.tolist()
+    interval = np.searchsorted(starts, arrival, side="right") - 1
+    keep = interval >= 0
+    interval, values = interval[keep], values[keep]
+    if not len(values):
+        return result.tolist()
+    order = np.lexsort((values, interval))
+    first, sizes = group_runs(interval[order])
+    ranks = first + np.ceil(0.9 * sizes).astype(np.int64) - 1
+    result[interval[order][first]] = values[order][ranks]
+    return result.tolist()
 
 
 def run(
@@ -244,7 +267,7 @@ def run(
     gpu_seconds_at_end: float | None = None
     events = 0
     max_replicas = initial_replicas
-    series: dict[str, list[float]] = {"t": [], "replicas": [], "ready": [], "ttft_p90": [], "arrivals": []}
+    series: dict[str, list[float]] = {"t": [], "replicas": [], "ready": [], "arrivals": []}
     last_arrivals = 0
     while now <= end or (not fleet.done and now < end + tail_limit_s):
         if now <= end and now >= next_tick - 1e-9:
@@ -256,11 +279,9 @@ def run(
             max_replicas = max(max_replicas, fleet.spec_replicas)
             next_tick += contender.interval
             if timeline:
-                scrape = fleet.latest_scrape(now)
                 series["t"].append(now)
                 series["replicas"].append(fleet.existing)
                 series["ready"].append(fleet.ready_replicas(now))
-                series["ttft_p90"].append(math.nan if scrape is None or scrape.ttft_p90 is None else scrape.ttft_p90)
                 series["arrivals"].append((fleet.next_arrival - last_arrivals) / contender.interval)
                 last_arrivals = fleet.next_arrival
         fleet.step(now)
@@ -295,6 +316,10 @@ def run(
     if gpu_seconds_at_end is None:
         gpu_seconds_at_end = fleet.replica_seconds
     met = slo_met(fleet, slo_ttft)
+    if timeline:
+        series["ttft_beyond_prefill_p90"] = p90_by_arrival(
+            ttft_beyond_prefill(fleet), fleet.arrival, np.asarray(series["t"])
+        )
     served = ~np.isnan(fleet.first_token)
     ttft = (fleet.first_token - fleet.arrival)[served]
     waited = ~np.isnan(fleet.admitted)

@@ -23,9 +23,11 @@ from simulations.runner import (
     keda_signals,
     long_run_hint,
     oracle_bound,
+    p90_by_arrival,
     run,
     signals_for,
     slo_met,
+    ttft_beyond_prefill,
 )
 from simulations.traces import Trace, TraceError, load_trace, synthetic_day
 from tests.helpers import assert_report_consistent, drain, policy_file
@@ -205,6 +207,48 @@ def test_a_prompt_longer_than_the_slo_alone_on_an_idle_replica_meets_it() -> Non
     drain(fleet)
     assert fleet.first_token[0] - 100_000 / model.prefill_tokens_per_s > 2.0
     assert slo_met(fleet, 2.0).all()
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("values", "arrival", "starts", "expected"),
+    [
+        ([float(v) for v in range(10)], [0.5] * 10, [0.0], [8.0]),  # nearest rank: the 9th of ten
+        ([float(v) for v in range(20)][::-1], [0.5] * 20, [0.0], [17.0]),  # the 18th of twenty, in any order
+        ([5.0], [3.0], [0.0, 2.0], [NAN, 5.0]),  # an interval without arrivals; the last runs to the end
+        ([1.0, 2.0, 7.0], [-1.0, 0.5, 1.5], [0.0, 1.0], [2.0, 7.0]),  # arrivals before the first tick left out
+        ([1.0, math.inf], [0.0, 0.1], [0.0], [math.inf]),  # one of two never served: over 10 %
+        ([], [], [0.0, 1.0], [NAN, NAN]),
+        ([1.0], [0.0], [], []),
+    ],
+)
+def test_the_p90_by_arrival(
+    values: list[float], arrival: list[float], starts: list[float], expected: list[float]
+) -> None:
+    got = p90_by_arrival(np.array(values), np.array(arrival), np.array(starts))
+    assert got == pytest.approx(expected, nan_ok=True)
+
+
+def test_the_timeline_shows_what_the_slo_judges() -> None:
+    """The plot's TTFT panel: per tick, the 90th percentile of the requests arriving until the next one of
+    their time to first token beyond their own prefill, the quantity ``slo_met`` holds to the SLO."""
+    trace = _poisson(1.2, 600, 900, 150)
+    fixed = run(trace, ReplicaModel(), Contender("two", static=2), 2, 2.0)
+    series = fixed.timeline
+    assert len(series["ttft_beyond_prefill_p90"]) == len(series["t"])
+    fleet = Fleet(ReplicaModel(), trace, 2)
+    drain(fleet)
+    beyond = ttft_beyond_prefill(fleet)
+    assert ((beyond <= 2.0 + 1e-9) == slo_met(fleet, 2.0)).all()
+    ticks = np.array(series["t"])
+    for i, start in enumerate(ticks):
+        end = ticks[i + 1] if i + 1 < len(ticks) else np.inf
+        inside = beyond[(fleet.arrival >= start) & (fleet.arrival < end)]
+        want = np.quantile(inside, 0.9, method="inverted_cdf") if len(inside) else NAN
+        assert series["ttft_beyond_prefill_p90"][i] == pytest.approx(want, nan_ok=True, abs=1e-9)
+    assert np.nanmax(series["ttft_beyond_prefill_p90"]) > 2.0  # two replicas fall behind at times
 
 
 def test_the_oracle_never_costs_more_than_a_policy_that_meets_the_slo() -> None:
