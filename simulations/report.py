@@ -13,9 +13,9 @@ from simulations.runner import floor_to
 from simulations.traces import Trace
 
 BASELINES = ("keda-avg", "keda-sum", "static-best", "oracle")
+PLOT_CEILING_S = 3600.0  # the longest a run waits for its last requests (``runner.run``'s tail)
 # The windows ``load`` gives the busiest prompt tokens of, and their names in the table: a second (the
 # SLO's scale), a scrape window, a cold start, an hour (the scale of a diurnal swing).
-PLOT_CEILING_S = 3600.0  # the longest a run waits for its last requests (``runner.run``'s tail)
 BUSIEST_WINDOWS = {"1s": (1, "second"), "60s": (60, "minute"), "300s": (300, "5 min"), "3600s": (3600, "hour")}
 
 

@@ -360,6 +360,8 @@ def read_rate(path: Path, seed: int, rate_scale: float = 1.0, lengths: Trace | N
         # A file of aggregate rates (ServeGen's are a whole service's, about 2,000 requests/s): say what
         # its mean rate is and which scale fits, so the user need not work out either.
         fits = rate_scale * MAX_EXPANDED_REQUESTS / exc.expected
+        unit = 10.0 ** (math.floor(math.log10(fits)) - 1)
+        fits = math.floor(fits / unit) * unit  # two digits, rounded down: the scale printed must fit
         raise TraceError(
             f"{path}: {exc} ({exc.expected / (len(start) * width):,.4g} requests/s on average"
             f"{f' at --rate-scale {rate_scale:g}' if rate_scale != 1 else ''}); --rate-scale multiplies every "
