@@ -228,9 +228,7 @@ def p90_by_arrival(values: np.ndarray, arrival: np.ndarray, starts: np.ndarray) 
     """The 90th percentile (nearest rank) of ``values`` over the requests arriving in each interval from
     ``starts[i]`` to ``starts[i + 1]`` (the last to the end); NaN for an interval with no arrival."""
     result = np.full(len(starts), np.nan)
-    if not len(starts) or not len(values):
-        return result.tolist()
-    interval = np.searchsorted(starts, arrival, side="right") - 1
+    interval = np.searchsorted(starts, arrival, side="right") - 1  # -1 before the first start, or with none
     keep = interval >= 0
     interval, values = interval[keep], values[keep]
     if not len(values):
