@@ -47,6 +47,27 @@ def test_processor_sharing_water_fills() -> None:
     assert frac[0] == pytest.approx(0.5) and frac[2] == pytest.approx(5 / 6) and (frac[[1, 3, 4]] > 1).all()
 
 
+def test_processor_sharing_in_python_gives_numpys_results_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small steps water-fill in plain Python (``_share_small``); the figures the README prints were made
+    with the numpy arithmetic, so the two must agree exactly, ties and zero demands included."""
+    import simulations.fleet as fleet_module
+
+    rng = np.random.default_rng(7)
+    for _ in range(2_000):
+        n, groups = int(rng.integers(2, fleet_module.SMALL_SHARE + 1)), int(rng.integers(1, 10))
+        group = rng.integers(0, groups, n)
+        if rng.random() < 0.3:
+            demand = rng.choice([0.0, 0.5, 1.0, 2.0, 5.0], n)
+        else:
+            demand = rng.exponential(500.0, n)
+        capacity = rng.exponential(800.0, groups)
+        small = share_processor(group, demand, capacity)
+        monkeypatch.setattr(fleet_module, "SMALL_SHARE", 0)
+        vectorised = share_processor(group, demand, capacity)
+        monkeypatch.undo()
+        assert small[0].tobytes() == vectorised[0].tobytes() and small[1].tobytes() == vectorised[1].tobytes()
+
+
 @pytest.mark.parametrize(("rate", "prompt"), [(0.25, 2000), (0.4, 2000), (0.8, 1000)])
 def test_a_fixed_replica_matches_processor_sharing_queueing(rate: float, prompt: int) -> None:
     """Prefill-only requests on one replica form an M/D/1 processor-sharing queue: mean sojourn S/(1-rho)."""
