@@ -52,8 +52,8 @@ def leader_election_wanted(settings: Settings, once: bool, dry_run: bool) -> boo
 
 
 def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once: bool) -> int:
-    api = api_client(settings.kubeconfig)
-    actuator: Actuator = KubernetesActuator(api)
+    api = api_client(settings.kubeconfig, settings.api_timeout_s)
+    actuator: Actuator = KubernetesActuator(api, request_timeout=settings.api_timeout_s)
     if settings.dry_run:
         actuator = DryRunActuator(actuator)
     elector = None

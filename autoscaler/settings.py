@@ -34,6 +34,7 @@ class Settings(BaseSettings):
     retry_period_s: float = Field(default=2.0, gt=0)
     dry_run: bool = False
     kubeconfig: str | None = None
+    api_timeout_s: float = Field(default=10.0, gt=0)
     identity: str | None = None
 
     def prometheus(self, document: PolicyFile) -> PrometheusConfig:

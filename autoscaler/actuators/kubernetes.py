@@ -81,28 +81,16 @@ class KubernetesActuator:
         raise AssertionError("unreachable")
 
     def read(self, target: TargetRef) -> ScaleState:
-        """The scale subresource (as the HPA reads it), then the object itself for its annotations and
-        ``readyReplicas``; without the object, readiness falls back to the scale's ``status.replicas``."""
-        try:
-            scale = self._call("read-scale", lambda: self._read_scale(target))
-        except ApiException as exc:
-            raise _failure(exc) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ActuatorError(ReadFailure.UNAVAILABLE, str(exc)[:300]) from None
-        replicas = int(scale.spec.replicas if scale.spec and scale.spec.replicas is not None else 0)
-        ready = int(scale.status.replicas or 0) if scale.status else 0
-        annotations: dict[str, str] = {}
-        try:
-            obj = self._call("read", lambda: self._read_object(target))
-            ready = int((obj.status.ready_replicas if obj.status is not None else None) or 0)
-            annotations = dict(obj.metadata.annotations or {})
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            log.warning("target-object-unreadable", workload=f"{target.namespace}/{target.name}", detail=_short(exc))
-        return ScaleState(replicas, ready, str(scale.metadata.resource_version), annotations)
+        """One target's state, from the same LIST as :meth:`read_many`; raises :class:`ActuatorError`."""
+        state = self.read_many([target])[target_key(target)]
+        if isinstance(state, ActuatorError):
+            raise state
+        return state
 
     def read_many(self, targets: list[TargetRef]) -> dict[tuple[str, str, str], ScaleState | ActuatorError]:
         """One LIST per namespace and kind, parsed as plain JSON (the client's models cost a millisecond or
-        more per object); a namespace whose LIST fails falls back to reading each target's scale."""
+        more per object). A LIST that fails after its retries fails every target it would have read: the
+        tick holds them, and never fans out into one request per workload against a throttled server."""
         groups: dict[tuple[str, str], list[TargetRef]] = {}
         for target in targets:
             groups.setdefault((target.kind, target.namespace), []).append(target)
@@ -110,16 +98,18 @@ class KubernetesActuator:
         for (kind, namespace), members in groups.items():
             try:
                 listed = self._call("list", lambda k=kind, n=namespace: self._list(k, n))  # type: ignore[misc]
-            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-                log.info("list-failed", namespace=namespace, kind=kind, detail=_short(exc), fallback="per-target")
-                listed = None
+            except ApiException as exc:
+                failure = _failure(exc, listing=True)
+                log.info("list-failed", namespace=namespace, kind=kind, detail=failure.detail)
+                states.update((target_key(t), failure) for t in members)
+                continue
+            except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                failure = ActuatorError(ReadFailure.UNAVAILABLE, _short(exc))
+                log.info("list-failed", namespace=namespace, kind=kind, detail=failure.detail)
+                states.update((target_key(t), failure) for t in members)
+                continue
             for target in members:
-                if listed is None:
-                    try:
-                        states[target_key(target)] = self.read(target)
-                    except ActuatorError as exc:
-                        states[target_key(target)] = exc
-                elif target.name in listed:
+                if target.name in listed:
                     states[target_key(target)] = listed[target.name]
                 else:
                     states[target_key(target)] = ActuatorError(ReadFailure.NOT_FOUND, "the target does not exist")
@@ -141,11 +131,6 @@ class KubernetesActuator:
                 annotations=dict(meta.get("annotations") or {}),
             )
         return states
-
-    def _read_object(self, target: TargetRef) -> Any:
-        if target.kind == "StatefulSet":
-            return self.apps.read_namespaced_stateful_set(target.name, target.namespace, _request_timeout=self.timeout)
-        return self.apps.read_namespaced_deployment(target.name, target.namespace, _request_timeout=self.timeout)
 
     def _patch_scale(self, target: TargetRef, body: dict[str, Any]) -> Any:
         patch = (
@@ -286,8 +271,8 @@ def _short(exc: Exception) -> str:
     return str(exc)[:200]
 
 
-def _failure(exc: ApiException) -> ActuatorError:
-    if exc.status == 404:
+def _failure(exc: ApiException, listing: bool = False) -> ActuatorError:
+    if exc.status == 404 and not listing:
         return ActuatorError(ReadFailure.NOT_FOUND, "the target does not exist")
     if exc.status in (401, 403):
         return ActuatorError(ReadFailure.FORBIDDEN, _short(exc))

@@ -1,12 +1,31 @@
+"""Real servers for the integration tests: Prometheus, a vLLM-shaped exporter, and one kube-apiserver per test
+session (per xdist worker), each test in a namespace of its own."""
+
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
+import yaml
+from kubernetes import client
 
-from tests.servers import PrometheusServer, VllmExporter
+from autoscaler.testing.kube import Kubelet, KubeServer, find_kube_dir, service_account_user
+from autoscaler.testing.servers import PrometheusServer, Unavailable, VllmExporter
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+
+def unavailable(exc: Unavailable) -> None:
+    """Skip where a real server is missing, except under CI, where that is a failure."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{exc}: CI needs it")
+    pytest.skip(str(exc))
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +44,103 @@ def exporter() -> Iterator[VllmExporter]:
 
 @pytest.fixture
 def prometheus(tmp_path: Path, exporter: VllmExporter) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(tmp_path, [exporter.port])
+    try:
+        server = PrometheusServer(tmp_path, [exporter.port])
+    except Unavailable as exc:
+        unavailable(exc)
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VllmExporter, PrometheusServer]]:
+    """One exporter and one Prometheus for a module's tests that only read metrics: each test's series carry
+    its own namespace, so they never see each other's."""
+    server = VllmExporter()
+    try:
+        prometheus = PrometheusServer(tmp_path_factory.mktemp("prometheus"), [server.port])
+    except Unavailable as exc:
+        server.close()
+        unavailable(exc)
+    prometheus.start()
+    yield server, prometheus
+    prometheus.stop()
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
+    """The real kube-apiserver of ``../shared/kube``, with its audit log on, for the whole session."""
+    try:
+        server = KubeServer(tmp_path_factory.mktemp("kube"), find_kube_dir(ROOT))
+    except Unavailable as exc:
+        unavailable(exc)
+    server.start()
+    yield server
+    server.stop()
+
+
+def shipped_rules() -> list[dict[str, Any]]:
+    """Every rule the manifests grant the controller (its ClusterRole and its own namespace's Role)."""
+    rules: list[dict[str, Any]] = []
+    for path in sorted((DEPLOY / "controller").glob("*rbac*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] in ("Role", "ClusterRole"):
+                rules += doc["rules"]
+    return rules
+
+
+@dataclass
+class Cluster:
+    """One test's share of the real server: a namespace, and the daemon's identity in it, a ServiceAccount
+    bound there by exactly the rules the manifests ship."""
+
+    kube: KubeServer
+    namespace: str
+    account: str
+    token: str
+    workdir: Path
+
+    @property
+    def user(self) -> str:
+        return service_account_user(self.namespace, self.account)
+
+    @property
+    def admin(self) -> client.ApiClient:
+        return self.kube.admin()
+
+    def kubeconfig(self, url: str | None = None, token: str | None = None) -> Path:
+        name = "kubeconfig" if url is None and token is None else f"kubeconfig-{abs(hash((url, token)))}"
+        return self.kube.kubeconfig(self.workdir / name, token or self.token, url)
+
+    def identity(self, account: str) -> str:
+        """A further ServiceAccount bound by the shipped rules, for a second daemon; returns its token."""
+        token = self.kube.service_account_token(self.namespace, account)
+        self.kube.grant(self.namespace, (self.namespace, account), shipped_rules(), f"shipped-{account}")
+        return token
+
+    def deployment(self, name: str, replicas: int, **options: Any) -> None:
+        self.kube.create_deployment(self.namespace, name, replicas, **options)
+
+    def replicas(self, name: str) -> int:
+        return self.kube.replicas(self.namespace, name)
+
+    def kubelet(self, startup_delay: float = 0.0) -> Kubelet:
+        return Kubelet(self.admin, self.namespace, startup_delay)
+
+    def writes(self, user: str | None = None) -> list[Any]:
+        """Every request that wrote, as the audit log has it: by ``user`` (default: the daemon) in this namespace."""
+        return [e for e in self.kube.audit(self.namespace, user or self.user) if e.writes]
+
+    def scale_writes(self, user: str | None = None, ok: bool = True) -> list[Any]:
+        return [w for w in self.writes(user) if w.resource.endswith("/scale") and (w.code < 300 or not ok)]
+
+
+@pytest.fixture
+def cluster(kube: KubeServer, tmp_path: Path) -> Iterator[Cluster]:
+    namespace = kube.create_namespace("t")
+    token = kube.service_account_token(namespace, "autoscaler")
+    kube.grant(namespace, (namespace, "autoscaler"), shipped_rules(), "shipped")
+    yield Cluster(kube, namespace, "autoscaler", token, tmp_path)
+    kube.delete_namespace(namespace)

@@ -15,9 +15,9 @@ from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.metrics.source import Failure
 from autoscaler.observer import Observer
 from autoscaler.policy_file import PolicyFile, parse_policy_document
+from autoscaler.testing.servers import PrometheusServer, VllmExporter, wait_for
 from policies.base import Observation
 from policies.pipeline import Reason
-from tests.servers import PrometheusServer, VllmExporter, wait_for
 
 pytestmark = pytest.mark.integration
 NS, NAME = "llm-serving", "vllm-llama3-70b"
@@ -199,7 +199,7 @@ def test_record_and_replay_say_an_output_that_fails_mid_write(
 
 
 def test_record_fails_with_exit_1_when_prometheus_is_down(tmp_path: Path) -> None:
-    from tests.servers import free_port
+    from autoscaler.testing.servers import free_port
 
     document = _document(f"http://127.0.0.1:{free_port()}")
     policy = tmp_path / "policy.yaml"
