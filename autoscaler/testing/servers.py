@@ -83,6 +83,7 @@ class VllmExporter:
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, tuple[tuple[str, str], ...]], float | Callable[[], float]] = {}
+        self.pods: dict[tuple[str, str], list[str]] = {}
         self.lock = threading.Lock()
         exporter = self
 
@@ -120,18 +121,25 @@ class VllmExporter:
         kv: list[float] | None = None,
         old_kv: list[float] | None = None,
         model: str = "meta-llama/Meta-Llama-3-70B-Instruct",
+        stateful: bool = False,
     ) -> None:
-        """One vLLM pod per list entry, named as a Deployment names its pods."""
+        """One vLLM pod per list entry, named as a Deployment (or a StatefulSet) names its pods; the
+        workload's pods set before are replaced."""
+        names = [
+            f"{deployment}-{i}" if stateful else f"{deployment}-7d9f8c6b5-{chr(97 + i)}x{i}z9"
+            for i in range(len(waiting))
+        ]
         with self.lock:
+            old = set(self.pods.get((namespace, deployment), []))
             self.series = {
                 k: v
                 for k, v in self.series.items()
-                if not (k[0].startswith("vllm:") and ("namespace", namespace) in k[1])
+                if not (k[0].startswith("vllm:") and ("namespace", namespace) in k[1] and dict(k[1]).get("pod") in old)
             }
-        for i, value in enumerate(waiting):
-            pod = f"{deployment}-7d9f8c6b5-{chr(97 + i)}x{i}z9"
+            self.pods[(namespace, deployment)] = names
+        for i, pod in enumerate(names):
             labels = {"namespace": namespace, "pod": pod, "model_name": model, "engine": "0"}
-            self.set("vllm:num_requests_waiting", value, **labels)
+            self.set("vllm:num_requests_waiting", waiting[i], **labels)
             self.set("vllm:num_requests_running", 4.0, **labels)
             if kv is not None:
                 self.set("vllm:kv_cache_usage_perc", kv[i], **labels)

@@ -1,11 +1,13 @@
-"""Benchmarks of the daemon, printed as JSON: ``python -m simulations.bench`` (from the repository root).
+"""Benchmarks of the daemon, printed as JSON: ``python -m autoscaler.bench`` (``--kube-dir`` names the real
+kube-apiserver's start script folder, by default ``../shared/kube`` beside the checkout).
 
-* ``tick_1000_*``: one steady tick over 1,000 workloads in four namespaces, against the Kubernetes API
-  emulator and a real Prometheus (Debian's binary) scraping 2,000 vLLM pods. The emulator and the exporter
-  run in a child process, so the CPU time and peak RSS are the daemon's alone.
-* ``reaction_s``: the real daemon process (``vllm-autoscaler run``, 5 s interval) against the emulator and
+* ``tick_1000_*``: one steady tick over 1,000 workloads in four namespaces, against the real kube-apiserver
+  and a real Prometheus (Debian's binary) scraping 2,000 vLLM pods. The servers and the exporter run in
+  other processes, so the CPU time and peak RSS are the daemon's alone.
+* ``reaction_s``: the real daemon process (``vllm-autoscaler run``, 5 s interval) against the real server and
   Prometheus scraping every second: from the moment the exporter's waiting count steps up to the moment the
-  scale PATCH arrives, averaged over several steps at random phases. ``keda_sum_reaction_s`` is the same
+  server accepted the scale PATCH (its audit log's timestamp), averaged over several steps at random
+  phases. ``keda_sum_reaction_s`` is the same
   steps through KEDA's timing (the HPA re-reads the metric every 15 s, after the same 1 s scrape).
 * ``decisions_per_s``: the pure decision pipeline; ``history_entries_after_day``: what one workload's
   behavior history holds after a day of 15 s ticks (bounded by the windows, not by time).
@@ -31,11 +33,15 @@ from typing import Any
 
 import numpy as np
 import requests
+import yaml
 
 from autoscaler.logs import configure
+from autoscaler.testing.kube import KubeServer
+from autoscaler.testing.servers import Unavailable
 
 NAMESPACES = ("llm-a", "llm-b", "llm-c", "llm-d")
 HPA_SYNC_S = 15.0
+DEPLOY_CONTROLLER = Path(__file__).resolve().parents[1] / "deploy" / "controller"
 
 
 def _workloads(count: int) -> list[tuple[str, str]]:
@@ -43,38 +49,46 @@ def _workloads(count: int) -> list[tuple[str, str]]:
 
 
 def _serve(count: int, conn: Connection) -> None:
-    """The child process: the API emulator with ``count`` Deployments, and an exporter for their pods."""
-    from tests.k8s_emulator import KubernetesEmulator
-    from tests.servers import VllmExporter
+    """The child process: an exporter for the workloads' pods."""
+    from autoscaler.testing.servers import VllmExporter
 
-    emulator = KubernetesEmulator()
     exporter = VllmExporter()
     for namespace, name in _workloads(count):
-        emulator.add_deployment(namespace, name, 2)
         for pod in range(2):
             labels = {"namespace": namespace, "pod": f"{name}-5d8f7c6b9-p{pod}x7k", "model_name": "m"}
             exporter.set("vllm:num_requests_waiting", 2.0, **labels)  # 4 per workload: its 2 replicas, steady
             exporter.set("vllm:kv_cache_usage_perc", 0.5, **labels)
-    conn.send((emulator.url, emulator.token, exporter.port))
+    conn.send(exporter.port)
     conn.recv()
-    emulator.close()
     exporter.close()
 
 
-def _kubeconfig(path: Path, url: str, token: str) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "bench",
-                "clusters": [{"name": "bench", "cluster": {"server": url}}],
-                "users": [{"name": "bench", "user": {"token": token}}],
-                "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-            }
-        )
-    )
-    return path
+def _cluster(kube: KubeServer, targets: list[tuple[str, str]], workdir: Path) -> Path:
+    """Namespaces and Deployments at 2 replicas, and a kubeconfig for the daemon: a ServiceAccount bound by
+    the shipped RBAC where ``deploy/`` is beside the package (a checkout), else the admin."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube.admin())
+    namespaces = sorted({n for n, _ in targets})
+    for namespace in namespaces:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    for namespace, name in targets:
+        kube.create_deployment(namespace, name, 2)
+    return kube.kubeconfig(workdir / "kubeconfig", _identity(kube, namespaces[0], namespaces, "bench"))
+
+
+def _identity(kube: KubeServer, home: str, namespaces: list[str], name: str) -> str:
+    rules: list[dict[str, Any]] = []
+    for path in sorted(DEPLOY_CONTROLLER.glob("*rbac*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] in ("Role", "ClusterRole"):
+                rules += doc["rules"]
+    if not rules:
+        return kube.env["KUBE_ADMIN_TOKEN"]
+    token = kube.service_account_token(home, name)
+    for namespace in namespaces:
+        kube.grant(namespace, (home, name), rules, name)
+    return token
 
 
 def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int = 15) -> dict[str, Any]:
@@ -96,23 +110,24 @@ def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int =
     }
 
 
-def bench_tick(count: int, workdir: Path) -> dict[str, Any]:
+def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
     from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
     from autoscaler.controller import Controller
     from autoscaler.metrics.prometheus import PrometheusSource
     from autoscaler.policy_file import parse_policy_document
-    from tests.servers import PrometheusServer, wait_for
+    from autoscaler.testing.servers import PrometheusServer, wait_for
 
     parent, child = multiprocessing.Pipe()
     server = multiprocessing.Process(target=_serve, args=(count, child), daemon=True)
     server.start()
-    api_url, token, exporter_port = parent.recv()
+    exporter_port = parent.recv()
+    kubeconfig = _cluster(kube, _workloads(count), workdir)
     prometheus = PrometheusServer(workdir, [exporter_port])
     prometheus.start()
     try:
         document = parse_policy_document(_policy(prometheus.url, _workloads(count)))
         source = PrometheusSource(document.prometheus)
-        actuator = KubernetesActuator(api_client(str(_kubeconfig(workdir / "kubeconfig", api_url, token))))
+        actuator = KubernetesActuator(api_client(str(kubeconfig)))
         controller = Controller(None, document, source, actuator)
         last = document.workloads[-1].key
         wait_for(
@@ -140,14 +155,19 @@ def bench_tick(count: int, workdir: Path) -> dict[str, Any]:
         server.join(10)
 
 
-def bench_reaction(workdir: Path, trials: int, seed: int) -> dict[str, Any]:
-    from tests.k8s_emulator import KubernetesEmulator
-    from tests.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
+def bench_reaction(workdir: Path, trials: int, seed: int, kube: KubeServer) -> dict[str, Any]:
+    from kubernetes import client
+
+    from autoscaler.testing.kube import service_account_user
+    from autoscaler.testing.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
 
     rng = random.Random(seed)
-    emulator, exporter = KubernetesEmulator(), VllmExporter()
+    exporter = VllmExporter()
     namespace, name = "llm-serving", "vllm-llama3-70b"
-    emulator.add_deployment(namespace, name, 2)
+    client.CoreV1Api(kube.admin()).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    token = _identity(kube, namespace, [namespace], "reaction")
+    user = service_account_user(namespace, "reaction") if token != kube.env["KUBE_ADMIN_TOKEN"] else "admin"
+    kube.create_deployment(namespace, name, 2)
     exporter.set_pods(namespace, name, waiting=[2, 2])
     prometheus = PrometheusServer(workdir, [exporter.port])
     prometheus.start()
@@ -156,13 +176,21 @@ def bench_reaction(workdir: Path, trials: int, seed: int) -> dict[str, Any]:
     port = free_port()
     daemon = start_daemon(
         policy,
-        emulator.kubeconfig(workdir / "kubeconfig"),
+        kube.kubeconfig(workdir / "kubeconfig", token),
         port,
         workdir / "daemon.log",
         VLLM_AUTOSCALER_LEADER_ELECT="false",
     )
     reactions: list[float] = []
     keda: list[float] = []
+
+    def accepted_patches() -> list[float]:
+        return [
+            e.at
+            for e in kube.audit(namespace, user)
+            if e.verb == "patch" and e.resource == "deployments/scale" and e.code == 200
+        ]
+
     try:
 
         def ready() -> bool:
@@ -174,19 +202,18 @@ def bench_reaction(workdir: Path, trials: int, seed: int) -> dict[str, Any]:
         wait_for(ready, 60, "the daemon to be ready")
         for _ in range(trials):
             time.sleep(16 + rng.uniform(0, 5))  # past the scale-up period, at a random phase of the interval
-            seen = len(emulator.scale_writes())
+            seen = len(accepted_patches())
             stepped = time.time()
             exporter.set_pods(namespace, name, waiting=[20, 20])
 
-            def patched(seen: int = seen) -> Any:
-                return next((w for w in emulator.scale_writes()[seen:] if w.status == 200), None)
+            def patched(seen: int = seen) -> float | None:
+                return next(iter(accepted_patches()[seen:]), None)
 
-            write = wait_for(patched, 60, "the scale PATCH")
-            reactions.append(write.at - stepped)
+            reactions.append(wait_for(patched, 60, "the scale PATCH") - stepped)
             scrape = rng.uniform(0, 1.0)  # the same 1 s scrape, then KEDA waits for the HPA's next sync
             keda.append(scrape + rng.uniform(0, HPA_SYNC_S))
             exporter.set_pods(namespace, name, waiting=[2, 2])
-            emulator.set_replicas_by_hand(namespace, name, 2)
+            kube.set_replicas(namespace, name, 2)
     finally:
         daemon.terminate()
         try:
@@ -198,7 +225,6 @@ def bench_reaction(workdir: Path, trials: int, seed: int) -> dict[str, Any]:
             print((workdir / "daemon.log").read_text()[-6000:], file=sys.stderr)
             raise
         prometheus.stop()
-        emulator.close()
         exporter.close()
     return {
         "reaction_s": round(float(np.mean(reactions)), 2),
@@ -242,11 +268,12 @@ def bench_pipeline(seed: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulations.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m autoscaler.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=4, help="load steps for the reaction time")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip", action="append", default=[], choices=["tick", "reaction", "pipeline"])
+    parser.add_argument("--kube-dir", type=Path, help="the folder of the kube-apiserver's start.sh")
     args = parser.parse_args()
     if shutil.which("prometheus") is None and not {"tick", "reaction"} <= set(args.skip):
         print("the prometheus binary is needed (apt-get install prometheus)", file=sys.stderr)
@@ -257,12 +284,23 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if "pipeline" not in args.skip:
             out.update(bench_pipeline(args.seed))
-        if "tick" not in args.skip:
-            (Path(tmp) / "tick").mkdir()
-            out.update(bench_tick(args.workloads, Path(tmp) / "tick"))
-        if "reaction" not in args.skip:
-            (Path(tmp) / "reaction").mkdir()
-            out.update(bench_reaction(Path(tmp) / "reaction", args.trials, args.seed))
+        for name, run in (
+            ("tick", lambda folder, kube: bench_tick(args.workloads, folder, kube)),
+            ("reaction", lambda folder, kube: bench_reaction(folder, args.trials, args.seed, kube)),
+        ):
+            if name in args.skip:
+                continue
+            folder = Path(tmp) / name
+            try:
+                kube = KubeServer(folder / "kube", args.kube_dir)
+            except Unavailable as exc:
+                print(f"python -m autoscaler.bench: {exc}", file=sys.stderr)
+                return 2
+            kube.start()
+            try:
+                out.update(run(folder, kube))
+            finally:
+                kube.stop()
     print(json.dumps(out, indent=2))
     return 0
 
