@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -284,10 +285,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if "pipeline" not in args.skip:
             out.update(bench_pipeline(args.seed))
-        for name, run in (
-            ("tick", lambda folder, kube: bench_tick(args.workloads, folder, kube)),
-            ("reaction", lambda folder, kube: bench_reaction(folder, args.trials, args.seed, kube)),
-        ):
+        runs: dict[str, Callable[[Path, KubeServer], dict[str, Any]]] = {
+            "tick": lambda folder, kube: bench_tick(args.workloads, folder, kube),
+            "reaction": lambda folder, kube: bench_reaction(folder, args.trials, args.seed, kube),
+        }
+        for name, run in runs.items():
             if name in args.skip:
                 continue
             folder = Path(tmp) / name

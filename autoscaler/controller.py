@@ -180,7 +180,7 @@ class Controller:
         self, runtime: WorkloadRuntime, state: ScaleState | ActuatorError, metrics: WorkloadMetrics, now: float
     ) -> dict[str, Any]:
         workload = runtime.workload
-        key, target = workload.key, workload.target
+        key = workload.key
         line: dict[str, Any] = {
             "workload": key,
             "dry_run": self.actuator.dry_run,
@@ -208,20 +208,10 @@ class Controller:
         self.telemetry.ready.labels(key).set(state.ready)
         self._track_cold_start(runtime, state, now)
 
-        owners = self.actuator.owners(target)
-        if owners:
-            if tuple(owners) != runtime.refused_by:
-                runtime.refused_by = tuple(owners)
-                self.actuator.event(
-                    target,
-                    "Warning",
-                    "ForeignAutoscaler",
-                    f"not scaling: already targeted by {', '.join(owners)}; remove it first",
-                )
-            line.update(reason="foreign-autoscaler", owners=owners)
-            self.telemetry.decisions.labels(key, "foreign-autoscaler").inc()
+        refusal = self._ownership(runtime, line)
+        if refusal is not None:
+            self.telemetry.decisions.labels(key, refusal).inc()
             return self._log(line, "warning")
-        runtime.refused_by = ()
 
         paused = state.annotations.get(PAUSED, "").strip().lower() == "true"
         paused_replicas = state.annotations.get(PAUSED_REPLICAS)
@@ -243,6 +233,48 @@ class Controller:
         decision = runtime.decider.decide(observation)
         self._metrics_events(runtime, decision, metrics)
         return self._act(runtime, state, decision, line)
+
+    def _ownership(self, runtime: WorkloadRuntime, line: dict[str, Any]) -> str | None:
+        """Why this workload must not be written (``owner-unknown``, ``foreign-autoscaler``), or None.
+
+        Fail closed: an owner check that could not complete is no permission to write. In dry-run nothing is
+        written anyway, so the decision goes on (shadow mode) and the line carries the owner's own counts
+        beside ours, for comparing before the switch."""
+        target = runtime.workload.target
+        ownership = self.actuator.owners(target)
+        owners = [o.what for o in ownership.owners]
+        if ownership.owners:
+            line["owners"] = owners
+            counts = [o for o in ownership.owners if o.desired is not None]
+            if counts:
+                line.update(owner_current=counts[0].current, owner_desired=counts[0].desired)
+                self.telemetry.owner_desired.labels(runtime.workload.key).set(counts[0].desired or 0)
+                if counts[0].current is not None:
+                    self.telemetry.owner_current.labels(runtime.workload.key).set(counts[0].current)
+        if ownership.unknown:
+            line["owner_unknown"] = list(ownership.unknown)
+        if self.actuator.dry_run:
+            if ownership.owners or ownership.unknown:
+                line["shadow"] = True
+            return None
+        refusal, message = None, ""
+        if ownership.unknown:
+            refusal = "owner-unknown"
+            message = "not scaling: cannot tell whether another autoscaler owns this target: " + "; ".join(
+                ownership.unknown
+            )
+        elif ownership.owners:
+            refusal = "foreign-autoscaler"
+            message = f"not scaling: already targeted by {', '.join(owners)}; remove it first"
+        if refusal is None:
+            runtime.refused_by = ()
+            return None
+        line["reason"] = refusal
+        if (refusal, *owners, *ownership.unknown) != runtime.refused_by:
+            runtime.refused_by = (refusal, *owners, *ownership.unknown)
+            reason = "OwnerUnknown" if refusal == "owner-unknown" else "ForeignAutoscaler"
+            self.actuator.event(target, "Warning", reason, message[:1000])
+        return refusal
 
     def _act(
         self, runtime: WorkloadRuntime, state: ScaleState, decision: Decision, line: dict[str, Any]

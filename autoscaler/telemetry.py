@@ -23,6 +23,18 @@ class Telemetry:
             labels,
             registry=r,
         )
+        self.owner_desired = Gauge(
+            "vllm_autoscaler_owner_desired_replicas",
+            "The other autoscaler's desiredReplicas (HPA status), read in shadow mode beside our own",
+            labels,
+            registry=r,
+        )
+        self.owner_current = Gauge(
+            "vllm_autoscaler_owner_current_replicas",
+            "The other autoscaler's currentReplicas (HPA status), read in shadow mode",
+            labels,
+            registry=r,
+        )
         self.metric_value = Gauge(
             "vllm_autoscaler_metric_value",
             "Each workload metric's value at the last tick",

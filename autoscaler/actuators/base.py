@@ -43,6 +43,25 @@ class WriteResult:
     attempts: int = 0
 
 
+@dataclass(frozen=True)
+class Owner:
+    """Another autoscaler that targets the same object, with its own counts where it publishes them (an HPA's
+    ``status.currentReplicas`` and ``desiredReplicas``), for shadow mode to log beside its own."""
+
+    what: str  # "HorizontalPodAutoscaler vllm-hpa"
+    current: int | None = None
+    desired: int | None = None
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """Who else scales a target. ``unknown`` says why the check could not complete (a list refused, failed or
+    dropped): then nobody can say the target is free, and nothing is written to it."""
+
+    owners: tuple[Owner, ...] = ()
+    unknown: tuple[str, ...] = ()
+
+
 def target_key(target: TargetRef) -> tuple[str, str, str]:
     return (target.kind, target.namespace, target.name)
 
@@ -62,8 +81,8 @@ class Actuator(Protocol):
         """Set ``spec.replicas`` through the scale subresource, only if nobody changed it since ``state``."""
         ...
 
-    def owners(self, target: TargetRef) -> list[str]:
-        """Other autoscalers (HPAs, KEDA ScaledObjects) that target the same object."""
+    def owners(self, target: TargetRef) -> Ownership:
+        """Other autoscalers (HPAs, KEDA ScaledObjects, AIBrix PodAutoscalers) that target the same object."""
         ...
 
     def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:

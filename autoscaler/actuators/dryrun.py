@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoscaler.actuators.base import Actuator, ActuatorError, ScaleState, WriteResult
+from autoscaler.actuators.base import Actuator, ActuatorError, Ownership, ScaleState, WriteResult
 from autoscaler.logs import get_logger
 from autoscaler.policy_file import TargetRef
 
@@ -24,7 +24,7 @@ class DryRunActuator:
     def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
         return WriteResult(False, "dry-run", f"would scale from {state.replicas} to {replicas}")
 
-    def owners(self, target: TargetRef) -> list[str]:
+    def owners(self, target: TargetRef) -> Ownership:
         return self.reader.owners(target)
 
     def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:

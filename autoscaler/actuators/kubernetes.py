@@ -7,6 +7,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,7 +15,15 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.actuators.base import ActuatorError, ReadFailure, ScaleState, WriteResult, target_key
+from autoscaler.actuators.base import (
+    ActuatorError,
+    Owner,
+    Ownership,
+    ReadFailure,
+    ScaleState,
+    WriteResult,
+    target_key,
+)
 from autoscaler.logs import get_logger
 from autoscaler.policy_file import TargetRef
 
@@ -53,13 +62,12 @@ class KubernetesActuator:
     ) -> None:
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
-        self.hpas = client.AutoscalingV2Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.sleep = sleep
         self.clock = clock
         self.max_attempts = max_attempts
         self.timeout = request_timeout
-        self._owners: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._owners: dict[str, tuple[float, list[tuple[Owner, dict[str, Any]]]]] = {}
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         """Call the API, backing off on 429 and 5xx (respecting ``Retry-After``) and on dropped connections."""
@@ -184,55 +192,52 @@ class KubernetesActuator:
             version = str(fresh.metadata.resource_version)
         return WriteResult(False, "conflict", f"still conflicting after {attempts} attempts", attempts)
 
-    def owners(self, target: TargetRef) -> list[str]:
-        found = []
-        for owner in self._namespace_autoscalers(target.namespace):
-            ref = owner.get("ref") or {}
-            kind = ref.get("kind") or "Deployment"
-            if ref.get("name") == target.name and kind == target.kind:
-                found.append(owner["what"])
-        return found
+    def owners(self, target: TargetRef) -> Ownership:
+        owners, unknown = self._namespace_autoscalers(target.namespace)
+        found = tuple(
+            owner
+            for owner, ref in owners
+            if ref.get("name") == target.name and (ref.get("kind") or "Deployment") == target.kind
+        )
+        return Ownership(found, unknown)
 
-    def _namespace_autoscalers(self, namespace: str) -> list[dict[str, Any]]:
+    def _namespace_autoscalers(self, namespace: str) -> tuple[list[tuple[Owner, dict[str, Any]]], tuple[str, ...]]:
+        """Every autoscaler in ``namespace`` with the ref it targets, and why a list failed. A complete answer
+        is cached for ``OWNER_CACHE_S``; a failed one never is, so the next tick asks again. A custom
+        resource whose API is not served (404) is "not installed", not a failure."""
         cached = self._owners.get(namespace)
         now = self.clock()
         if cached is not None and now - cached[0] < OWNER_CACHE_S:
-            return cached[1]
-        owners: list[dict[str, Any]] = []
-        try:
-            hpas = self._call(
-                "list-hpa",
-                lambda: self.hpas.list_namespaced_horizontal_pod_autoscaler(namespace, _request_timeout=self.timeout),
-            )
-            for hpa in hpas.items:
-                ref = hpa.spec.scale_target_ref
-                owners.append(
-                    {
-                        "what": f"HorizontalPodAutoscaler {hpa.metadata.name}",
-                        "ref": {"kind": ref.kind, "name": ref.name},
-                    }
+            return cached[1], ()
+        owners: list[tuple[Owner, dict[str, Any]]] = []
+        unknown: list[str] = []
+        for lister in OWNER_LISTS:
+            try:
+                items = self._call(
+                    f"list-{lister.resource}",
+                    lambda lister=lister: self._list_owners(lister, namespace),  # type: ignore[misc]
                 )
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            log.warning(
-                "owner-check-failed", namespace=namespace, resource="horizontalpodautoscalers", detail=_short(exc)
-            )
-        try:
-            objects = self._call(
-                "list-scaledobjects",
-                lambda: self.custom.list_namespaced_custom_object(
-                    "keda.sh", "v1alpha1", namespace, "scaledobjects", _request_timeout=self.timeout
-                ),
-            )
-            for item in objects.get("items", []):
-                ref = item.get("spec", {}).get("scaleTargetRef", {})
-                owners.append({"what": f"ScaledObject {item['metadata']['name']}", "ref": ref})
-        except ApiException as exc:
-            if exc.status != 404:  # 404: KEDA is not installed
-                log.warning("owner-check-failed", namespace=namespace, resource="scaledobjects", detail=_short(exc))
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            log.warning("owner-check-failed", namespace=namespace, resource="scaledobjects", detail=_short(exc))
-        self._owners[namespace] = (now, owners)
-        return owners
+            except ApiException as exc:
+                if exc.status == 404 and lister.group != "autoscaling":
+                    continue
+                unknown.append(lister.failed(namespace, exc))
+                continue
+            except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                unknown.append(lister.failed(namespace, exc))
+                continue
+            owners += [lister.owner(item) for item in items]
+        if unknown:
+            log.warning("owner-check-failed", namespace=namespace, detail=unknown)
+        else:
+            self._owners[namespace] = (now, owners)
+        return owners, tuple(unknown)
+
+    def _list_owners(self, lister: OwnerList, namespace: str) -> list[dict[str, Any]]:
+        """The generic path works for the built-in group too, and answers plain dicts for all three."""
+        listed: Any = self.custom.list_namespaced_custom_object(
+            lister.group, lister.version, namespace, lister.resource, _request_timeout=self.timeout
+        )
+        return list(listed.get("items", []))
 
     def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:
         stamp = datetime.now(UTC)
@@ -254,6 +259,43 @@ class KubernetesActuator:
             self.core.create_namespaced_event(target.namespace, body, _request_timeout=self.timeout)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.debug("event-failed", reason=reason, detail=_short(exc))
+
+
+@dataclass(frozen=True)
+class OwnerList:
+    """One kind of autoscaler the owner check lists: where, and how its items name their target."""
+
+    group: str
+    version: str
+    resource: str
+    kind: str
+
+    def owner(self, item: dict[str, Any]) -> tuple[Owner, dict[str, Any]]:
+        spec, status = item.get("spec") or {}, item.get("status") or {}
+        current, desired = status.get("currentReplicas"), status.get("desiredReplicas")
+        owner = Owner(
+            f"{self.kind} {item['metadata']['name']}",
+            None if current is None else int(current),
+            None if desired is None else int(desired),
+        )
+        return owner, dict(spec.get("scaleTargetRef") or {})
+
+    def failed(self, namespace: str, exc: Exception) -> str:
+        why = _short(exc)
+        rule = f"`list` on {self.resource} in apiGroup {self.group}"
+        hint = (
+            f"; the controller's role needs {rule}"
+            if isinstance(exc, ApiException) and exc.status in (401, 403)
+            else ""
+        )
+        return f"listing {self.resource}.{self.group} in {namespace} failed: {why}{hint}"
+
+
+OWNER_LISTS = (
+    OwnerList("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
+    OwnerList("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
+    OwnerList("autoscaling.aibrix.ai", "v1alpha1", "podautoscalers", "PodAutoscaler"),
+)
 
 
 def _retry_after(exc: ApiException) -> float | None:

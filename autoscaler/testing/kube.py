@@ -236,20 +236,19 @@ class KubeServer:
             spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)
         )
         answer = core.create_namespaced_service_account_token(name, namespace, request)
-        return str(answer.status.token)
+        return str(answer.status.token)  # type: ignore[union-attr]
 
     def grant(self, namespace: str, account: tuple[str, str], rules: list[dict[str, Any]], name: str) -> None:
         """A Role with ``rules`` in ``namespace``, bound to the ServiceAccount ``(namespace, name)``."""
         rbac = client.RbacAuthorizationV1Api(self.admin())
-        rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": rules})
-        rbac.create_namespaced_role_binding(
-            namespace,
-            {
-                "metadata": {"name": name},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                "subjects": [{"kind": "ServiceAccount", "namespace": account[0], "name": account[1]}],
-            },
-        )
+        role: Any = {"metadata": {"name": name}, "rules": rules}
+        rbac.create_namespaced_role(namespace, role)
+        binding: Any = {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "namespace": account[0], "name": account[1]}],
+        }
+        rbac.create_namespaced_role_binding(namespace, binding)
 
     def revoke(self, namespace: str, name: str) -> None:
         rbac = client.RbacAuthorizationV1Api(self.admin())
@@ -265,7 +264,7 @@ class KubeServer:
         ready: int | None = None,
     ) -> None:
         labels = {"app": name}
-        body = {
+        body: Any = {
             "metadata": {"name": name, "annotations": annotations or {}},
             "spec": {
                 "replicas": replicas,
@@ -281,7 +280,7 @@ class KubeServer:
             set_status(self.admin(), namespace, name, replicas, replicas if ready is None else ready)
 
     def replicas(self, namespace: str, name: str) -> int:
-        scale = client.AppsV1Api(self.admin()).read_namespaced_deployment_scale(name, namespace)
+        scale: Any = client.AppsV1Api(self.admin()).read_namespaced_deployment_scale(name, namespace)
         return int(scale.spec.replicas or 0)
 
     def set_replicas(self, namespace: str, name: str, replicas: int) -> None:
@@ -292,7 +291,7 @@ class KubeServer:
 
     def audit(self, namespace: str | None = None, user: str | None = None) -> list[AuditEvent]:
         """The audit log's completed requests so far, optionally those on objects in ``namespace`` or by ``user``."""
-        events = []
+        events: list[AuditEvent] = []
         if not self.audit_log.exists():
             return events
         for line in self.audit_log.read_text(errors="replace").splitlines():

@@ -453,3 +453,67 @@ def test_one_list_per_namespace_and_kind(cluster: Cluster, loaded: PrometheusSer
     reads = [(e.verb, e.resource) for e in cluster.kube.audit(cluster.namespace, cluster.user) if not e.writes]
     assert reads.count(("list", "deployments")) == 1
     assert ("get", "deployments") not in reads
+
+
+def _hpa(cluster: Cluster, current: int | None = None, desired: int | None = None) -> None:
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME}
+    hpas = client.AutoscalingV2Api(cluster.admin)
+    hpas.create_namespaced_horizontal_pod_autoscaler(
+        cluster.namespace, {"metadata": {"name": "vllm-hpa"}, "spec": {"scaleTargetRef": ref, "maxReplicas": 8}}
+    )
+    if desired is not None:  # what the HPA controller would publish
+        hpas.patch_namespaced_horizontal_pod_autoscaler_status(
+            "vllm-hpa", cluster.namespace, {"status": {"currentReplicas": current, "desiredReplicas": desired}}
+        )
+
+
+def test_an_owner_check_that_cannot_complete_writes_nothing(
+    cluster: Cluster, loaded: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the right to list HPAs the daemon cannot know that one owns the target: it holds, says why
+    in the decision line, and records one Event naming the list and the missing rule."""
+    cluster.deployment(NAME, 2)
+    _hpa(cluster)
+    rules = [r for r in shipped_rules() if r["resources"] != ["horizontalpodautoscalers"]]
+    token = cluster.kube.service_account_token(cluster.namespace, "no-hpa")
+    cluster.kube.grant(cluster.namespace, (cluster.namespace, "no-hpa"), rules, "no-hpa")
+    kubeconfig = cluster.kube.kubeconfig(cluster.workdir / "no-hpa", token)
+    for _ in range(2):
+        assert run_once(cluster, policy_text(loaded.url, cluster.namespace), kubeconfig=kubeconfig) == 0
+    lines = [e for e in log_lines(capsys) if e["event"] == "decision"]
+    assert [e["reason"] for e in lines] == ["owner-unknown", "owner-unknown"]
+    assert "horizontalpodautoscalers" in lines[0]["owner_unknown"][0]
+    assert cluster.scale_writes(f"system:serviceaccount:{cluster.namespace}:no-hpa", ok=False) == []
+    assert cluster.replicas(NAME) == 2
+    recorded = [e for e in events(cluster) if e.reason == "OwnerUnknown"]
+    assert len(recorded) == 2  # one per process: each run --once is a new daemon
+    assert "`list` on horizontalpodautoscalers in apiGroup autoscaling" in recorded[0].message
+
+
+def test_an_owner_list_that_fails_is_not_cached_as_no_owners(cluster: Cluster, loaded: PrometheusServer) -> None:
+    cluster.deployment(NAME, 2)
+    _hpa(cluster)
+    proxy = FaultProxy(cluster.kube.url, cluster.kube.ca_file)
+    try:
+        proxy.inject("GET", "/horizontalpodautoscalers$", 500, times=None)
+        controller = _controller(cluster, loaded.url, kubeconfig=cluster.kubeconfig(proxy.url))
+        assert controller.tick()[0]["reason"] == "owner-unknown"
+        proxy.clear()
+        assert controller.tick()[0]["reason"] == "foreign-autoscaler"  # asked again, not cached as "none"
+    finally:
+        proxy.close()
+    assert cluster.scale_writes() == []
+
+
+def test_dry_run_beside_an_hpa_decides_as_if_it_were_ours(
+    cluster: Cluster, loaded: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Shadow mode: the count we would set, beside the HPA's own, and still no write of any kind."""
+    cluster.deployment(NAME, 2)
+    _hpa(cluster, current=2, desired=4)
+    assert run_once(cluster, policy_text(loaded.url, cluster.namespace), "--dry-run") == 0
+    would = [e for e in log_lines(capsys) if e["event"] == "would-scale"]
+    assert len(would) == 1
+    assert (would[0]["desired"], would[0]["owner_current"], would[0]["owner_desired"]) == (6, 2, 4)
+    assert would[0]["owners"] == ["HorizontalPodAutoscaler vllm-hpa"] and would[0]["shadow"] is True
+    assert cluster.writes() == []
