@@ -220,5 +220,6 @@ def test_the_grafana_dashboard_reads_the_daemons_metrics() -> None:
         "vllm_autoscaler_cold_start_seconds_bucket",
         "vllm:num_requests_waiting",
         "vllm:kv_cache_usage_perc",
+        "vllm_autoscaler_owner_desired_replicas",
     ):
         assert metric in queries
