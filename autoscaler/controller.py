@@ -324,7 +324,7 @@ class Controller:
             )
             return self._log(line)
         line["detail"] = result.detail
-        if result.outcome != "changed-concurrently":
+        if result.outcome not in ("changed-concurrently", "not-leader"):
             self.actuator.event(
                 workload.target,
                 "Warning",

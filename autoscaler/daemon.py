@@ -6,6 +6,7 @@ import faulthandler
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -42,20 +43,37 @@ def own_namespace(settings: Settings) -> str:
 
 
 def leader_election_wanted(settings: Settings, once: bool, dry_run: bool) -> bool:
-    """Off in ``--once`` and dry-run; otherwise as set, or on by default inside a cluster (where the
-    shipped Deployment runs two replicas)."""
-    if once or dry_run:
+    """Off in dry-run (which writes nothing); otherwise as set, else on for a live ``--once`` (so a one-off
+    run never writes beside a running daemon) and inside a cluster (where the shipped Deployment runs two
+    replicas)."""
+    if dry_run:
         return False
     if settings.leader_elect is not None:
         return settings.leader_elect
-    return "KUBERNETES_SERVICE_HOST" in os.environ
+    return once or "KUBERNETES_SERVICE_HOST" in os.environ
+
+
+def _once(controller: Controller, elector: LeaderElector | None) -> int:
+    """One tick; live, only under the Lease, given back afterwards."""
+    if elector is not None and not elector.try_acquire_or_renew():
+        lease = f"{elector.namespace}/{elector.name}"
+        print(
+            f"vllm-autoscaler: the Lease {lease} is held by {elector.holder or 'another process'}; not writing "
+            "beside it (stop that daemon, or use --dry-run)",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        controller.tick()
+    finally:
+        if elector is not None:
+            elector.release()
+    return 0
 
 
 def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once: bool) -> int:
     api = api_client(settings.kubeconfig, settings.api_timeout_s)
-    actuator: Actuator = KubernetesActuator(api, request_timeout=settings.api_timeout_s)
-    if settings.dry_run:
-        actuator = DryRunActuator(actuator)
+    stop = threading.Event()
     elector = None
     if leader_election_wanted(settings, once, settings.dry_run):
         identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
@@ -68,6 +86,14 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
             settings.renew_deadline_s,
             settings.retry_period_s,
         )
+    actuator: Actuator = KubernetesActuator(
+        api,
+        request_timeout=settings.api_timeout_s,
+        authority=elector.authority_left if elector is not None else None,
+        stopping=stop,
+    )
+    if settings.dry_run:
+        actuator = DryRunActuator(actuator)
     telemetry = Telemetry()
     source = PrometheusSource(settings.prometheus(document))
     controller = Controller(config_path, document, source, actuator, telemetry, time.time, elector)
@@ -81,10 +107,7 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
         prometheus=source.config.url,
     )
     if once:
-        controller.tick()
-        return 0
-
-    stop = threading.Event()
+        return _once(controller, elector)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)

@@ -46,7 +46,20 @@ class LeaderElector:
         self.transitions = 0
 
     def is_leader(self) -> bool:
-        return self.renewed_at is not None and self.clock() - self.renewed_at < self.renew_deadline
+        return self.authority_left() > 0
+
+    def authority_left(self) -> float:
+        """Seconds this process may still write: the renew deadline less the age of its last renewal."""
+        if self.renewed_at is None:
+            return 0.0
+        return self.renew_deadline - (self.clock() - self.renewed_at)
+
+    @property
+    def holder(self) -> str | None:
+        """The holder this process last saw on the Lease (itself while it leads)."""
+        if self.is_leader():
+            return self.identity
+        return self.observed[0] if self.observed else None
 
     def _spec(
         self, acquire: datetime, transitions: int, holder: str | None = None, duration: int | None = None

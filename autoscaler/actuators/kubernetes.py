@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -59,7 +61,12 @@ class KubernetesActuator:
         clock: Callable[[], float] = time.monotonic,
         max_attempts: int = 5,
         request_timeout: float = 10.0,
+        authority: Callable[[], float] | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
+        """``authority`` says how many seconds this process may still write (the Lease's renew deadline
+        less the age of its last renewal; None: no leader election); ``stopping`` ends every retry at once
+        (SIGTERM)."""
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -68,23 +75,44 @@ class KubernetesActuator:
         self.max_attempts = max_attempts
         self.timeout = request_timeout
         self._owners: dict[str, tuple[float, list[tuple[Owner, dict[str, Any]]]]] = {}
+        self.authority = authority
+        self.stopping = stopping or threading.Event()
 
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        """Call the API, backing off on 429 and 5xx (respecting ``Retry-After``) and on dropped connections."""
+    def authority_left(self) -> float:
+        return math.inf if self.authority is None else self.authority()
+
+    def _call(self, what: str, fn: Callable[[], Any], write: bool = False) -> Any:
+        """Call the API, backing off on 429 and 5xx (respecting ``Retry-After``) and on dropped connections.
+
+        A write is fenced by the Lease: each attempt first checks that this process may still write, and no
+        retry is waited for that would end past the renew deadline, so a deposed leader's write never lands
+        after another replica could have taken over (client-go's leader election makes the same promise).
+        """
         delay = 0.2
         for attempt in range(1, self.max_attempts + 1):
+            if write and self.authority_left() <= 0:
+                raise Fenced("this process does not hold the Lease (or has not renewed it within its deadline)")
             try:
                 return fn()
             except ApiException as exc:
                 if exc.status not in RETRIABLE or attempt == self.max_attempts:
                     raise
                 wait = _retry_after(exc) or delay
-            except (urllib3.exceptions.HTTPError, ConnectionError, OSError):
+                last: Exception = exc
+            except (urllib3.exceptions.HTTPError, ConnectionError, OSError) as exc:
                 if attempt == self.max_attempts:
                     raise
                 wait = delay
+                last = exc
+            wait = min(wait, 5.0) * (1 + 0.1 * random.random())
+            if self.stopping.is_set() or (write and wait >= self.authority_left()):
+                raise last
             log.info("api-retry", call=what, attempt=attempt, wait_s=round(wait, 3))
-            self.sleep(min(wait, 5.0) * (1 + 0.1 * random.random()))
+            if self.sleep is time.sleep:
+                if self.stopping.wait(wait):
+                    raise last
+            else:
+                self.sleep(wait)
             delay = min(delay * 2, 5.0)
         raise AssertionError("unreachable")
 
@@ -168,8 +196,10 @@ class KubernetesActuator:
             attempts += 1
             body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
             try:
-                self._call("scale", lambda b=body: self._patch_scale(target, b))  # type: ignore[misc]
+                self._call("scale", lambda b=body: self._patch_scale(target, b), write=True)  # type: ignore[misc]
                 return WriteResult(True, "applied", attempts=attempts)
+            except Fenced as exc:
+                return WriteResult(False, "not-leader", str(exc), attempts)
             except ApiException as exc:
                 if exc.status != 409:
                     return _write_failure(exc, attempts)
@@ -296,6 +326,10 @@ OWNER_LISTS = (
     OwnerList("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
     OwnerList("autoscaling.aibrix.ai", "v1alpha1", "podautoscalers", "PodAutoscaler"),
 )
+
+
+class Fenced(Exception):
+    """A write not sent: this process may not write now (see ``KubernetesActuator._call``)."""
 
 
 def _retry_after(exc: ApiException) -> float | None:

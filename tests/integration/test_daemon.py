@@ -517,3 +517,71 @@ def test_dry_run_beside_an_hpa_decides_as_if_it_were_ours(
     assert (would[0]["desired"], would[0]["owner_current"], would[0]["owner_desired"]) == (6, 2, 4)
     assert would[0]["owners"] == ["HorizontalPodAutoscaler vllm-hpa"] and would[0]["shadow"] is True
     assert cluster.writes() == []
+
+
+def test_a_live_run_once_while_another_holds_the_lease_writes_nothing(
+    cluster: Cluster, loaded: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.deployment(NAME, 2)
+    other = LeaderElector(api_client(str(cluster.kubeconfig())), cluster.namespace, "vllm-autoscaler", "the-daemon")
+    assert other.try_acquire_or_renew()
+    assert run_once(cluster, policy_text(loaded.url, cluster.namespace)) == 1
+    assert "held by the-daemon" in capsys.readouterr().err
+    assert cluster.scale_writes(ok=False) == []
+    assert cluster.replicas(NAME) == 2
+
+
+def test_a_live_run_once_takes_the_lease_and_gives_it_back(cluster: Cluster, loaded: PrometheusServer) -> None:
+    cluster.deployment(NAME, 2)
+    assert run_once(cluster, policy_text(loaded.url, cluster.namespace)) == 0
+    assert cluster.replicas(NAME) == 6
+    lease = client.CoordinationV1Api(cluster.admin).read_namespaced_lease("vllm-autoscaler", cluster.namespace)
+    assert lease.spec.holder_identity in ("", None)
+
+
+@pytest.mark.parametrize(("authority", "patches"), [(0.0, 0), (2.0, 1), (30.0, 3)])
+def test_write_retries_end_at_the_lease_deadline(cluster: Cluster, authority: float, patches: int) -> None:
+    """With ``authority`` seconds left to write and every answer a 503 asking for 3 s: none, one or all the
+    attempts are sent, never one that would land after the deadline."""
+    cluster.deployment(NAME, 2)
+    proxy = FaultProxy(cluster.kube.url, cluster.kube.ca_file)
+    try:
+        proxy.inject("PATCH", "/scale$", 503, times=None, retry_after=3)
+        left = {"s": authority}
+        actuator = KubernetesActuator(
+            api_client(str(cluster.kubeconfig(proxy.url))),
+            sleep=lambda s: left.__setitem__("s", left["s"] - s),
+            max_attempts=3,
+            authority=lambda: left["s"],
+        )
+        target = TargetRef(namespace=cluster.namespace, name=NAME)
+        result = actuator.scale(target, actuator.read(target), 6)
+        assert not result.applied
+        assert result.outcome == ("not-leader" if authority == 0 else "unavailable")
+        assert len(proxy.requests("PATCH")) == patches
+    finally:
+        proxy.close()
+    assert cluster.replicas(NAME) == 2
+
+
+def test_sigterm_ends_a_write_retry_at_once(cluster: Cluster, loaded: PrometheusServer) -> None:
+    cluster.deployment(NAME, 2)
+    proxy = FaultProxy(cluster.kube.url, cluster.kube.ca_file)
+    policy = cluster.workdir / "policy.json"
+    policy.write_text(policy_text(loaded.url, cluster.namespace))
+    try:
+        proxy.inject("PATCH", "/scale$", 503, times=None, retry_after=5)
+        process = start_daemon(policy, cluster.kubeconfig(proxy.url), free_port(), cluster.workdir / "daemon.log")
+        try:
+            wait_for(lambda: proxy.requests("PATCH"), 30, "the first scale PATCH")
+            stopped = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(20) == 0
+            assert time.monotonic() - stopped < 3.0  # not the 5 s Retry-After, nor the retries after it
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(5)
+        assert len(proxy.requests("PATCH")) == 1
+    finally:
+        proxy.close()
