@@ -79,6 +79,7 @@ class Controller:
         self.policy_digest = self._digest(self._read_policy_text()) if self.policy_path else None
         self.rejected_digest: str | None = None
         self.last_tick_at: float | None = None
+        self.started_at = decision_clock()
         self.prometheus_ok = False
 
     # -- the policy file -----------------------------------------------------------------------------
@@ -169,7 +170,15 @@ class Controller:
         lines = []
         for runtime, state in zip(runtimes, states, strict=True):
             metrics = observed.get(runtime.workload.key, WorkloadMetrics({}))
-            lines.append(self._workload_tick(runtime, state, metrics, now))
+            try:
+                lines.append(self._workload_tick(runtime, state, metrics, now))
+            except Exception as exc:  # one workload's fault never stalls the others
+                key = runtime.workload.key
+                log.exception("workload-tick-failed", workload=key)
+                self.telemetry.decisions.labels(key, "workload-failed").inc()
+                lines.append(
+                    {"workload": key, "reason": "workload-failed", "detail": repr(exc)[:300], "applied": False}
+                )
         self.prometheus_ok = any(not m.all_failed for m in observed.values()) or not observed
         self.last_tick_at = now
         self.telemetry.tick_duration.observe(time.monotonic() - started)
@@ -381,7 +390,12 @@ class Controller:
     # -- health --------------------------------------------------------------------------------------
 
     def healthy(self) -> tuple[bool, str]:
+        """Alive while a tick completes at least every 3 intervals (plus 30 s), from the start on: a loop that
+        never completes its first tick is as stuck as one that stopped."""
         if self.last_tick_at is None:
+            waited = self.decision_clock() - self.started_at
+            if waited > 3 * self.interval + 30:
+                return False, f"no tick has completed in the {waited:.0f} s since start"
             return True, "starting"
         age = self.decision_clock() - self.last_tick_at
         if age > 3 * self.interval + 30:

@@ -16,6 +16,16 @@ from pydantic import BaseModel
 
 from policies.spec import MetricSpec, ResolvedBehavior
 
+MAX_METRIC_VALUE = 1e12
+"""Larger than any fleet's signal (a million replicas with a million waiting requests each): a value past it
+is a broken exporter or query, held like NaN instead of carried into the arithmetic (where 1e306 overflowed
+to infinity and then raised OverflowError converting it to a count)."""
+
+
+def usable(value: float | None) -> bool:
+    """The one rule for a metric value a decision may use: finite, and within ``MAX_METRIC_VALUE``."""
+    return value is not None and math.isfinite(value) and abs(value) <= MAX_METRIC_VALUE
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -28,9 +38,7 @@ class Observation:
 
     def value(self, name: str) -> float | None:
         value = self.metrics.get(name)
-        if value is None or not math.isfinite(value):
-            return None
-        return value
+        return value if usable(value) else None
 
     @property
     def capacity_basis(self) -> int:

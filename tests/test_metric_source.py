@@ -23,6 +23,7 @@ class FakePrometheus:
     def __init__(self) -> None:
         self.answer: tuple[int, Any] = (200, {"status": "success", "data": {"resultType": "vector", "result": []}})
         self.delay = 0.0
+        self.raw: bytes | None = None  # a body that is not JSON, sent as is
         self.headers: list[str | None] = []
         fake = self
 
@@ -31,7 +32,7 @@ class FakePrometheus:
                 fake.headers.append(self.headers.get("Authorization"))
                 time.sleep(fake.delay)
                 status, body = fake.answer
-                data = json.dumps(body).encode()
+                data = fake.raw if fake.raw is not None else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -206,3 +207,26 @@ def test_workloads_share_one_batched_request_per_metric() -> None:
     assert observed["ns1/app1"].values == {"num_requests_waiting": 6.0, "gpu_cache_usage_perc": 0.5}
     # app1's selector must not take app10..app19's pods.
     assert all(m.values["num_requests_waiting"] == 6.0 for m in observed.values())
+
+
+@pytest.mark.parametrize("status", [200, 502])
+def test_a_proxys_html_error_page_is_a_bad_answer_not_a_token_problem(
+    fake: FakePrometheus, tmp_path: Path, status: int
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret")
+    fake.raw = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+    fake.answer = (status, {})
+    result = _source(fake.url, bearer_token_file=str(token)).query_one("up", time.time())
+    assert result.failure == (Failure.BAD_RESPONSE if status == 200 else Failure.HTTP_ERROR)
+    assert "token" not in result.detail
+
+
+def test_an_absurd_value_is_held_like_nan(fake: FakePrometheus) -> None:
+    now = time.time()
+    fake.vector((now, "1e306"))
+    result = _source(fake.url).query_one("up", now)
+    assert result.failure == Failure.NOT_FINITE and "1e306" in result.detail
+    fake.vector((now, "2e11"), (now, "1e306"))
+    vector = _source(fake.url).query_vector("up", now)
+    assert [s.value for s in vector.samples] == [2e11]

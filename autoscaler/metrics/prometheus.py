@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -18,8 +17,13 @@ from urllib3.util.retry import Retry
 from autoscaler.logs import get_logger
 from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, Sample, VectorResult
 from autoscaler.policy_file import PrometheusConfig
+from policies.base import MAX_METRIC_VALUE, usable
 
 log = get_logger("autoscaler.metrics")
+
+
+class TokenUnreadable(Exception):
+    """The bearer token file could not be read (apart from the request's own failures)."""
 
 
 class PrometheusSource:
@@ -43,10 +47,17 @@ class PrometheusSource:
 
     def _refresh_headers(self) -> None:
         if self.config.bearer_token_file:
-            token = Path(self.config.bearer_token_file).read_text(encoding="utf-8").strip()
+            try:
+                token = Path(self.config.bearer_token_file).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise TokenUnreadable(f"cannot read the bearer token {self.config.bearer_token_file}: {exc}") from exc
             self.client.headers = {"Authorization": f"Bearer {token}"}
 
     def _failure(self, exc: Exception) -> tuple[Failure, str]:
+        if isinstance(exc, TokenUnreadable):
+            return Failure.UNREACHABLE, str(exc)
+        if isinstance(exc, ValueError):  # a body that is not Prometheus's JSON: a proxy's HTML error page
+            return Failure.BAD_RESPONSE, f"the answer is not Prometheus's JSON ({str(exc)[:120]})"
         if isinstance(
             exc, (requests.ConnectionError, urllib3_errors.NewConnectionError, urllib3_errors.ProtocolError)
         ) and not isinstance(exc, requests.Timeout):
@@ -57,8 +68,6 @@ class PrometheusSource:
             return Failure.UNREACHABLE, str(exc).splitlines()[0][:300]
         if isinstance(exc, PrometheusApiClientException):
             return Failure.HTTP_ERROR, str(exc)[:300]
-        if isinstance(exc, OSError):
-            return Failure.UNREACHABLE, f"cannot read the bearer token: {exc}"
         return Failure.BAD_RESPONSE, repr(exc)[:300]
 
     def _request(self, send: Callable[[], Any]) -> tuple[Any, Failure | None, str, float]:
@@ -102,8 +111,10 @@ class PrometheusSource:
             value, stamp = float(text), float(stamp)
         except (KeyError, TypeError, ValueError) as exc:
             return QueryResult(None, Failure.BAD_RESPONSE, f"unparsable sample: {exc}", latency)
-        if not math.isfinite(value):
-            return QueryResult(None, Failure.NOT_FINITE, f"value {text}", latency)
+        if not usable(value):
+            return QueryResult(
+                None, Failure.NOT_FINITE, f"value {text} (not finite, or past {MAX_METRIC_VALUE:g})", latency
+            )
         if now - stamp > self.config.staleness_seconds:
             return QueryResult(None, Failure.STALE, f"sample is {now - stamp:.0f} s old", latency)
         return QueryResult(value, None, "", latency)
@@ -121,7 +132,7 @@ class PrometheusSource:
                 value = float(text)
             except (KeyError, TypeError, ValueError):
                 continue
-            if math.isfinite(value) and now - float(stamp) <= self.config.staleness_seconds:
+            if usable(value) and now - float(stamp) <= self.config.staleness_seconds:
                 samples.append(Sample(dict(item.get("metric", {})), value))
         return VectorResult(samples, None, "", latency)
 
@@ -146,6 +157,6 @@ class PrometheusSource:
         samples = []
         for stamp, text in data[0].get("values", []):
             value = float(text)
-            if math.isfinite(value):
+            if usable(value):
                 samples.append((float(stamp), value))
         return RangeSeries(samples)

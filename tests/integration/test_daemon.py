@@ -183,7 +183,7 @@ def test_a_throttled_list_backs_off_and_never_fans_out(
         proxy.close()
     reasons = {e["workload"]: e["reason"] for e in log_lines(capsys) if e["event"] == "decision"}
     assert set(reasons.values()) == {"target-unavailable"}
-    assert cluster.writes() == []
+    assert cluster.scale_writes(ok=False) == []
 
 
 def test_a_slow_api_answer_times_out_and_holds(
@@ -201,7 +201,7 @@ def test_a_slow_api_answer_times_out_and_holds(
         proxy.close()
     line = next(e for e in log_lines(capsys) if e["event"] == "decision")
     assert line["reason"] == "target-unavailable"
-    assert cluster.writes() == [] and cluster.replicas(NAME) == 2
+    assert cluster.scale_writes(ok=False) == [] and cluster.replicas(NAME) == 2
 
 
 def test_forbidden_and_missing_targets(
@@ -585,3 +585,26 @@ def test_sigterm_ends_a_write_retry_at_once(cluster: Cluster, loaded: Prometheus
         assert len(proxy.requests("PATCH")) == 1
     finally:
         proxy.close()
+
+
+def test_an_absurd_metric_value_does_not_stop_the_neighbour(
+    cluster: Cluster, shared_metrics: tuple[VllmExporter, PrometheusServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    exporter, prometheus = shared_metrics
+    cluster.deployment(NAME, 2)
+    cluster.deployment("absurd", 2)
+    exporter.set_pods(cluster.namespace, NAME, waiting=[10, 10])
+    exporter.set_pods(cluster.namespace, "absurd", waiting=[1e306, 1e306])
+    two = json.loads(policy_text(prometheus.url, cluster.namespace))
+    two["workloads"].insert(0, {**two["workloads"][0], "target": {"namespace": cluster.namespace, "name": "absurd"}})
+    query = f'count(vllm:num_requests_waiting{{namespace="{cluster.namespace}"}})'
+    wait_for(
+        lambda: requests.get(f"{prometheus.url}/api/v1/query", params={"query": query}).json()["data"]["result"],
+        30,
+        "both workloads' series",
+    )
+    assert run_once(cluster, json.dumps(two)) == 0
+    lines = {e["workload"]: e for e in log_lines(capsys) if e["event"] in ("decision", "would-scale")}
+    assert lines[f"{cluster.namespace}/absurd"]["reason"] == "metrics-unavailable"
+    assert cluster.replicas("absurd") == 2
+    assert cluster.replicas(NAME) == 6

@@ -1,0 +1,202 @@
+"""The controller's safety rules with a fake metric source and actuator and an injected clock: no server,
+no binary (the same rules against the real servers are in tests/integration)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from autoscaler.actuators.base import ActuatorError, Owner, Ownership, ReadFailure, ScaleState, WriteResult, target_key
+from autoscaler.actuators.dryrun import DryRunActuator
+from autoscaler.controller import Controller
+from autoscaler.metrics.source import QueryResult, RangeSeries, VectorResult
+from autoscaler.policy_file import TargetRef, parse_policy_document
+from tests.helpers import workload_doc
+
+
+class FakeSource:
+    """Every metric has its own query, ``waiting:<workload name>``; the value is what the test set."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+
+    def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
+        return {q: QueryResult(self.values.get(q.split(":", 1)[1])) for q in queries}
+
+    def query_vector(self, query: str, now: float) -> VectorResult:
+        return VectorResult([])
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
+        return RangeSeries([])
+
+
+@dataclass
+class FakeActuator:
+    states: dict[str, ScaleState] = field(default_factory=dict)
+    ownership: dict[str, Ownership] = field(default_factory=dict)
+    broken: set[str] = field(default_factory=set)
+    writes: list[tuple[str, int]] = field(default_factory=list)
+    events: list[tuple[str, str]] = field(default_factory=list)
+    dry_run: bool = False
+
+    def read(self, target: TargetRef) -> ScaleState:
+        return self.states[target.name]
+
+    def read_many(self, targets: list[TargetRef]) -> dict[tuple[str, str, str], ScaleState | ActuatorError]:
+        return {target_key(t): self.states.get(t.name) or ActuatorError(ReadFailure.NOT_FOUND, "gone") for t in targets}
+
+    def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
+        self.writes.append((target.name, replicas))
+        self.states[target.name] = ScaleState(replicas, state.ready, "v2", state.annotations)
+        return WriteResult(True, "applied", attempts=1)
+
+    def owners(self, target: TargetRef) -> Ownership:
+        if target.name in self.broken:
+            raise RuntimeError("a bug in one workload's path")
+        return self.ownership.get(target.name, Ownership())
+
+    def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:
+        self.events.append((target.name, reason))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Elector:
+    def __init__(self, leading: bool) -> None:
+        self.leading = leading
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+
+def controller(
+    actuator: Any,
+    source: FakeSource,
+    names: tuple[str, ...] = ("a",),
+    clock: Clock | None = None,
+    elector: Any = None,
+    **extra: Any,
+) -> Controller:
+    workloads = []
+    for name in names:
+        doc = workload_doc(
+            target={"namespace": "llm", "name": name},
+            minReplicas=2,
+            maxReplicas=8,
+            metrics=[{"name": "waiting", "query": f"waiting:{name}", "target": {"type": "AverageValue", "value": 2}}],
+            **extra,
+        )
+        workloads += doc["workloads"]
+    document = parse_policy_document({**doc, "interval": 15, "workloads": workloads})
+    ticking = clock or Clock()
+    return Controller(None, document, source, actuator, clock=ticking, decision_clock=ticking, elector=elector)
+
+
+@pytest.fixture
+def source() -> FakeSource:
+    fake = FakeSource()
+    fake.values = {"a": 12.0, "b": 12.0}
+    return fake
+
+
+def state(replicas: int, **annotations: str) -> ScaleState:
+    return ScaleState(replicas, replicas, "v1", annotations)
+
+
+def test_a_load_step_scales_within_the_bounds(source: FakeSource) -> None:
+    actuator = FakeActuator({"a": state(2)})
+    source.values["a"] = 1000.0
+    line = controller(actuator, source).tick()[0]
+    assert actuator.writes == [("a", 6)] and line["applied"]  # 100 % per 15 s, then up to maxReplicas 8
+    assert actuator.events == [("a", "SuccessfulRescale")]
+
+
+def test_a_count_above_max_is_brought_to_max(source: FakeSource) -> None:
+    actuator = FakeActuator({"a": state(12)})
+    controller(actuator, source).tick()
+    assert actuator.writes == [("a", 8)]
+
+
+def test_pause_holds_and_paused_replicas_sets_a_bounded_count(source: FakeSource) -> None:
+    actuator = FakeActuator({"a": state(2, **{"vllm-autoscaler.io/paused": "true"})})
+    assert controller(actuator, source).tick()[0]["reason"] == "paused"
+    assert actuator.writes == []
+    actuator.states["a"] = state(4, **{"vllm-autoscaler.io/paused-replicas": "20"})
+    controller(actuator, source).tick()
+    assert actuator.writes == [("a", 8)]
+
+
+@pytest.mark.parametrize(
+    ("ownership", "reason", "event"),
+    [
+        (Ownership((Owner("HorizontalPodAutoscaler h", 2, 4),)), "foreign-autoscaler", "ForeignAutoscaler"),
+        (Ownership((), ("listing horizontalpodautoscalers failed: 403",)), "owner-unknown", "OwnerUnknown"),
+    ],
+)
+def test_an_owned_or_unknown_target_is_refused_with_one_event(
+    source: FakeSource, ownership: Ownership, reason: str, event: str
+) -> None:
+    actuator = FakeActuator({"a": state(2)}, {"a": ownership})
+    daemon = controller(actuator, source)
+    assert [daemon.tick()[0]["reason"] for _ in range(3)] == [reason] * 3
+    assert actuator.writes == [] and actuator.events == [("a", event)]
+
+
+def test_dry_run_writes_nothing_and_shadows_an_owner(source: FakeSource) -> None:
+    fake = FakeActuator({"a": state(2)}, {"a": Ownership((Owner("HorizontalPodAutoscaler h", 2, 4),))})
+    line = controller(DryRunActuator(fake), source).tick()[0]
+    assert (line["desired"], line["owner_desired"], line["shadow"], line["write"]) == (6, 4, True, "dry-run")
+    assert fake.writes == [] and fake.events == []
+
+
+def test_a_replica_that_does_not_lead_never_writes(source: FakeSource) -> None:
+    actuator = FakeActuator({"a": state(2)})
+    line = controller(actuator, source, elector=Elector(False)).tick()[0]
+    assert line["write"] == "not-leader" and actuator.writes == []
+
+
+def test_one_workloads_fault_never_stalls_another(source: FakeSource) -> None:
+    actuator = FakeActuator({"a": state(2), "b": state(2)}, broken={"a"})
+    lines = controller(actuator, source, names=("a", "b")).tick()
+    assert lines[0]["reason"] == "workload-failed"
+    assert actuator.writes == [("b", 6)]
+
+
+def test_healthz_fails_when_no_tick_completes_within_three_intervals(source: FakeSource) -> None:
+    clock = Clock()
+    daemon = controller(FakeActuator({"a": state(2)}), source, clock=clock)
+    assert daemon.healthy()[0]
+    clock.now += 3 * 15 + 31
+    ok, why = daemon.healthy()
+    assert not ok and "no tick has completed" in why
+    daemon.tick()
+    assert daemon.healthy()[0]
+    clock.now += 3 * 15 + 31
+    assert not daemon.healthy()[0]
+
+
+def test_the_cold_start_is_measured_from_the_write_to_ready(source: FakeSource) -> None:
+    clock = Clock()
+    actuator = FakeActuator({"a": state(2)})
+    daemon = controller(actuator, source, clock=clock, coldStartSeconds="auto")
+    for _ in range(3):
+        actuator.states["a"] = state(2)
+        daemon.runtime["llm/a"].decider.behavior_state.__init__()  # type: ignore[misc]
+        daemon.tick()  # scale to 6; the new pods are not ready yet
+        actuator.states["a"] = ScaleState(6, 2, "v3")
+        clock.now += 120
+        daemon.tick()
+        actuator.states["a"] = ScaleState(6, 6, "v4")
+        clock.now += 60
+        daemon.tick()
+        clock.now += 600
+    assert list(daemon.runtime["llm/a"].cold_starts) == [180.0, 180.0, 180.0]
