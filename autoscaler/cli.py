@@ -399,6 +399,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_daemon(args.config, document, settings, args.once)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+
+    from autoscaler.actuators.kubernetes import api_client
+    from autoscaler.state import STATE_CONFIGMAP, ConfigMapStateStore
+    from autoscaler.status import as_json, table
+
+    try:
+        store = ConfigMapStateStore(api_client(args.kubeconfig), args.namespace)
+        records = store.load()
+    except ConfigException as exc:
+        _error(f"no cluster to read: {exc} (give --kubeconfig, or set KUBECONFIG)")
+        return EXIT_FAILED
+    except ApiException as exc:
+        _error(f"cannot read ConfigMap {args.namespace}/{STATE_CONFIGMAP}: {exc.status} {exc.reason}")
+        return EXIT_FAILED
+    except OSError as exc:
+        _error(f"cannot reach the cluster: {str(exc).splitlines()[0][:200]}")
+        return EXIT_FAILED
+    if store.version is None:
+        _error(
+            f"no state in {args.namespace}/{STATE_CONFIGMAP}: no leader has written it yet (a dry-run controller "
+            "writes nothing; its decisions are in its log and /metrics)"
+        )
+        return EXIT_FAILED
+    print(as_json(records) if args.output == "json" else table(records))
+    return EXIT_OK
+
+
 def cmd_import_keda(args: argparse.Namespace) -> int:
     from autoscaler.keda_import import KedaImportError, convert_text, merge
     from autoscaler.policy_file import PolicyFileError
@@ -504,6 +534,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-scale", type=_finite, default=1.0, help="multiply a rate file's rates")
     p.add_argument("--lengths-from", metavar="FILE", help="draw a rate file's request lengths from this trace")
     p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("status", help="each workload's counts, metrics, last scale and cold start, from the cluster")
+    p.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube/config")
+    p.add_argument(
+        "--namespace", default="vllm-autoscaler", help="the controller's namespace (default vllm-autoscaler)"
+    )
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("import-keda", help="print the policy file equivalent to a KEDA ScaledObject")
     p.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml", help="a file, or - for standard input")

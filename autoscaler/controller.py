@@ -31,8 +31,10 @@ from autoscaler.logs import get_logger
 from autoscaler.metrics.source import MetricSource
 from autoscaler.observer import Observer, WorkloadMetrics
 from autoscaler.policy_file import PolicyFile, PolicyFileError, Workload, parse_policy_text
+from autoscaler.state import LastScale, StateStore, WorkloadRecord, record_key
 from autoscaler.telemetry import Telemetry
 from policies.base import Observation
+from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
 from policies.pipeline import Decision, Reason, WorkloadDecider
 
 log = get_logger("autoscaler.controller")
@@ -49,6 +51,7 @@ class WorkloadRuntime:
     metrics_failing: bool = False
     refused_by: tuple[str, ...] = ()
     missing: bool = False
+    last_scale: tuple[float, int, int, str] | None = None  # wall time, from, to, reason
 
 
 class Controller:
@@ -62,10 +65,14 @@ class Controller:
         clock: Callable[[], float] = time.time,
         elector: LeaderElector | None = None,
         decision_clock: Callable[[], float] = time.monotonic,
+        store: StateStore | None = None,
+        source_factory: Callable[[PolicyFile], MetricSource] | None = None,
     ) -> None:
         """``clock`` is the wall clock, for Prometheus's evaluation time; ``decision_clock`` times the
         behavior windows, rate limits and cold starts, and is monotonic so that a step of the wall clock
-        cannot freeze or release them."""
+        cannot freeze or release them. ``store`` keeps the per-workload state in the cluster (written by
+        the leader only, never in dry-run); ``source_factory`` builds a new metric source when a reloaded
+        policy changes its ``prometheus`` settings."""
         self.policy_path = Path(policy_path) if policy_path is not None else None
         self.source = source
         self.actuator = actuator
@@ -73,6 +80,9 @@ class Controller:
         self.clock = clock
         self.decision_clock = decision_clock
         self.elector = elector
+        self.store = store
+        self.source_factory = source_factory
+        self.restored = False
         self.document = document
         self.observer = Observer(document, source)
         self.runtime = {w.key: WorkloadRuntime(w, document.decider(w)) for w in document.workloads}
@@ -120,6 +130,9 @@ class Controller:
         assert text is not None
         try:
             document = parse_policy_text(text, str(self.policy_path))
+            if self.source_factory is not None and document.prometheus != self.document.prometheus:
+                self.source = self.source_factory(document)
+                log.info("metric-source-rebuilt", prometheus=document.prometheus.url)
             observer = Observer(document, self.source)
         except (PolicyFileError, ValueError) as exc:
             problems = exc.problems if isinstance(exc, PolicyFileError) else [str(exc)]
@@ -144,6 +157,7 @@ class Controller:
             decider = document.decider(workload, previous.decider if previous else None)
             if previous is not None:
                 previous.workload, previous.decider = workload, decider
+                self._apply_cold_starts(previous)  # a reload keeps what was measured
                 runtime[workload.key] = previous
             else:
                 runtime[workload.key] = WorkloadRuntime(workload, decider)
@@ -162,6 +176,10 @@ class Controller:
         self.check_policy()
         wall, now = self.clock(), self.decision_clock()
         runtimes = list(self.runtime.values())
+        if self._writes_state() and not self.restored:
+            self._restore(wall, now)
+        elif not self.leading():
+            self.restored = False  # a leader again later reads what the leader meanwhile wrote
         read = self.actuator.read_many([r.workload.target for r in runtimes])
         states = [read[target_key(r.workload.target)] for r in runtimes]
         observed = self.observer.collect(wall)
@@ -180,6 +198,8 @@ class Controller:
                     {"workload": key, "reason": "workload-failed", "detail": repr(exc)[:300], "applied": False}
                 )
         self.prometheus_ok = any(not m.all_failed for m in observed.values()) or not observed
+        if self._writes_state():
+            self._persist(lines, wall, now)
         self.last_tick_at = now
         self.telemetry.tick_duration.observe(time.monotonic() - started)
         self.telemetry.leader.set(1 if self.leading() else 0)
@@ -325,6 +345,7 @@ class Controller:
                 runtime.pending_scale_up = (self.decision_clock(), desired)
             else:
                 runtime.pending_scale_up = None
+            runtime.last_scale = (self.clock(), state.replicas, desired, decision.reason)
             self.actuator.event(
                 workload.target,
                 "Normal",
@@ -369,11 +390,7 @@ class Controller:
         runtime.pending_scale_up = None
         runtime.cold_starts.append(seconds)
         self.telemetry.cold_start.labels(runtime.workload.key).observe(seconds)
-        p90 = None
-        if len(runtime.cold_starts) >= COLD_START_MIN_SAMPLES:
-            p90 = float(np.percentile(np.asarray(runtime.cold_starts), 90))
-            if runtime.workload.cold_start_seconds == "auto":
-                runtime.decider.set_cold_start(p90)
+        p90 = self._apply_cold_starts(runtime)
         log.info(
             "cold-start-measured",
             workload=runtime.workload.key,
@@ -381,6 +398,89 @@ class Controller:
             replicas=count,
             p90_s=None if p90 is None else round(p90, 1),
         )
+
+    @staticmethod
+    def _apply_cold_starts(runtime: WorkloadRuntime) -> float | None:
+        """Under ``coldStartSeconds: auto``, decide with the 90th percentile of the measured cold starts once
+        there are enough of them; returns that percentile (None before)."""
+        if len(runtime.cold_starts) < COLD_START_MIN_SAMPLES:
+            return None
+        p90 = float(np.percentile(np.asarray(runtime.cold_starts), 90))
+        if runtime.workload.cold_start_seconds == "auto":
+            runtime.decider.set_cold_start(p90)
+        return p90
+
+    # -- state kept in the cluster -------------------------------------------------------------------
+
+    def _writes_state(self) -> bool:
+        return self.store is not None and not self.actuator.dry_run and self.leading()
+
+    def _restore(self, wall: float, now: float) -> None:
+        """Carry on from what the last leader wrote: cold starts, a scale-up on its way, the behavior history."""
+        assert self.store is not None
+        try:
+            records = self.store.load()
+        except Exception as exc:  # the API down: decide without it, try again next tick
+            log.warning("state-unreadable", detail=str(exc)[:200])
+            return
+        self.restored = True
+        to_now = now - wall  # wall-clock seconds to this process's decision clock
+        for key, runtime in self.runtime.items():
+            record = records.get(key)
+            if record is None:
+                continue
+            runtime.cold_starts.extend(record.cold_starts)
+            self._apply_cold_starts(runtime)
+            if record.pending_scale_up is not None:
+                runtime.pending_scale_up = (record.pending_scale_up[0] + to_now, int(record.pending_scale_up[1]))
+            if record.last_scale is not None:
+                last = record.last_scale
+                runtime.last_scale = (last.at, last.from_replicas, last.to, last.reason)
+            restore_behavior(runtime.decider.behavior_state, record.behavior, to_now)
+        log.info("state-restored", workloads=sorted(set(records) & set(self.runtime)))
+
+    def _persist(self, lines: list[dict[str, Any]], wall: float, now: float) -> None:
+        assert self.store is not None
+        to_wall = wall - now
+        records = {}
+        for line in lines:
+            runtime = self.runtime.get(line["workload"])
+            if runtime is None:
+                continue
+            workload = runtime.workload
+            pending = runtime.pending_scale_up
+            last = runtime.last_scale
+            records[record_key(workload.key, workload.target.kind)] = WorkloadRecord(
+                workload=workload.key,
+                target=f"{workload.target.kind}/{workload.target.name}",
+                policy=workload.policy_type,
+                updated_at=wall,
+                current=line.get("current"),
+                ready=line.get("ready"),
+                desired=line.get("desired"),
+                reason=line.get("reason"),
+                metrics={
+                    m.name: {
+                        "value": line.get("metrics", {}).get(m.name),
+                        "target": m.target.value,
+                        "type": str(m.target.type),
+                    }
+                    for m in workload.metrics
+                },
+                last_scale=None
+                if last is None
+                else LastScale(at=last[0], to=last[2], reason=last[3], **{"from": last[1]}),
+                cold_starts=list(runtime.cold_starts),
+                cold_start_seconds=runtime.decider.ctx.cold_start_seconds,
+                pending_scale_up=None if pending is None else (pending[0] + to_wall, pending[1]),
+                owners=line.get("owners", []),
+                owner_desired=line.get("owner_desired"),
+                behavior=dump_behavior(runtime.decider.behavior_state, to_wall),
+            )
+        try:
+            self.store.save(records)
+        except Exception as exc:  # best effort: a failed write is retried at the next tick
+            log.warning("state-unwritable", detail=str(exc)[:200])
 
     def _log(self, line: dict[str, Any], level: str = "info", event: str = "decision") -> dict[str, Any]:
         fields = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in line.items()}
@@ -408,3 +508,20 @@ class Controller:
         if not self.prometheus_ok:
             return False, "Prometheus gave no usable value at the last tick"
         return True, f"policy loaded ({len(self.runtime)} workloads), Prometheus reachable"
+
+
+def dump_behavior(state: BehaviorState, to_wall: float) -> dict[str, list[list[float]]]:
+    """The behavior history with its times on the wall clock (``to_wall`` added)."""
+    return {
+        "recommendations": [[r.replicas, r.at + to_wall] for r in state.recommendations],
+        "scale_up": [[e.change, e.at + to_wall, float(e.outdated)] for e in state.scale_up_events],
+        "scale_down": [[e.change, e.at + to_wall, float(e.outdated)] for e in state.scale_down_events],
+    }
+
+
+def restore_behavior(state: BehaviorState, saved: dict[str, list[list[float]]], to_now: float) -> None:
+    if not saved:
+        return
+    state.recommendations = [TimedRecommendation(int(r), at + to_now) for r, at in saved.get("recommendations", [])]
+    state.scale_up_events = [ScaleEvent(int(c), at + to_now, bool(o)) for c, at, o in saved.get("scale_up", [])]
+    state.scale_down_events = [ScaleEvent(int(c), at + to_now, bool(o)) for c, at, o in saved.get("scale_down", [])]

@@ -25,6 +25,7 @@ from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.policy_file import PolicyFile
 from autoscaler.server import HealthServer
 from autoscaler.settings import Settings
+from autoscaler.state import ConfigMapStateStore
 from autoscaler.telemetry import Telemetry
 
 log = get_logger("autoscaler.daemon")
@@ -96,7 +97,20 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
         actuator = DryRunActuator(actuator)
     telemetry = Telemetry()
     source = PrometheusSource(settings.prometheus(document))
-    controller = Controller(config_path, document, source, actuator, telemetry, time.time, elector)
+    store = (
+        None if settings.dry_run else ConfigMapStateStore(api, own_namespace(settings), timeout=settings.api_timeout_s)
+    )
+    controller = Controller(
+        config_path,
+        document,
+        source,
+        actuator,
+        telemetry,
+        time.time,
+        elector,
+        store=store,
+        source_factory=lambda reloaded: PrometheusSource(settings.prometheus(reloaded)),
+    )
     log.info(
         "starting",
         config=config_path,

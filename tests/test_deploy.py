@@ -95,11 +95,14 @@ def test_rbac_is_least_privilege_without_wildcards() -> None:
         for v in rule["verbs"]
     }
     assert not any(
-        r in ("secrets", "pods", "deployments", "statefulsets", "configmaps")
-        and v in ("create", "update", "patch", "delete")
+        r in ("secrets", "pods", "deployments", "statefulsets") and v in ("create", "update", "patch", "delete")
         for _, r, v in granted
     )
-    assert {r["resources"][0] for r in rules["Role"]} == {"leases"}
+    assert {r["resources"][0] for r in rules["Role"]} == {"leases", "configmaps"}
+    for rule in rules["Role"]:  # its own state ConfigMap, by name, and no other
+        if rule["resources"] == ["configmaps"] and rule["verbs"] != ["create"]:
+            assert rule["resourceNames"] == ["vllm-autoscaler-state"]
+    assert not any(r["resources"] == ["configmaps"] for r in rules["ClusterRole"])
     namespaced = _rules(DEPLOY / "overlays" / "namespaced" / "target-rbac.yaml")
     assert namespaced["Role"] == rules["ClusterRole"], "the namespaced variant grants the ClusterRole's rules"
 

@@ -608,3 +608,73 @@ def test_an_absurd_metric_value_does_not_stop_the_neighbour(
     assert lines[f"{cluster.namespace}/absurd"]["reason"] == "metrics-unavailable"
     assert cluster.replicas("absurd") == 2
     assert cluster.replicas(NAME) == 6
+
+
+def test_state_survives_a_restart_and_status_shows_it(
+    cluster: Cluster, loaded: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A first controller scales up and is gone before the new pods are ready; a second one, started fresh,
+    carries on from the state in the cluster: the scale-up still on its way becomes a measured cold start,
+    and the rate limit still counts the first one's scale event."""
+    from autoscaler.state import ConfigMapStateStore
+
+    cluster.deployment(NAME, 2)
+    api = api_client(str(cluster.kubeconfig()))
+    workload = {"coldStartSeconds": "auto", "policy": {"type": "predictive"}}
+    first = _controller(cluster, loaded.url, **workload)
+    first.store = ConfigMapStateStore(api, cluster.namespace)
+    assert first.tick()[0]["applied"]
+    del first
+    with cluster.kubelet(startup_delay=1.5):
+        second = _controller(cluster, loaded.url, **workload)
+        second.store = ConfigMapStateStore(api, cluster.namespace)
+        wait_for(
+            lambda: (
+                client.AppsV1Api(cluster.admin)
+                .read_namespaced_deployment(NAME, cluster.namespace)
+                .status.ready_replicas
+                == 6
+            ),
+            10,
+            "the new pods ready",
+        )
+        with capture_logs() as logs:
+            second.tick()
+    assert any(e["event"] == "state-restored" for e in logs)
+    measured = [e for e in logs if e["event"] == "cold-start-measured"]
+    assert measured and measured[0]["seconds"] >= 1.5  # from the first controller's write, not the restart
+    runtime = second.runtime[f"{cluster.namespace}/{NAME}"]
+    assert runtime.decider.behavior_state.scale_up_events  # the first one's scale event, for the rate limits
+    assert runtime.last_scale is not None and runtime.last_scale[1:3] == (2, 6)
+
+    capsys.readouterr()
+    assert main(["status", "--kubeconfig", str(cluster.kubeconfig()), "--namespace", cluster.namespace]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["WORKLOAD", "TARGET", "POLICY"]
+    assert f"{cluster.namespace}/{NAME}" in out[1] and "2->6" in out[1] and "predictive" in out[1]
+    assert (
+        main(["status", "--kubeconfig", str(cluster.kubeconfig()), "--namespace", cluster.namespace, "-o", "json"]) == 0
+    )
+    shown = json.loads(capsys.readouterr().out)["workloads"][0]
+    assert (shown["workload"], shown["current"], shown["last_scale"]["from"]) == (f"{cluster.namespace}/{NAME}", 6, 2)
+
+
+def test_status_without_state_says_why(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--kubeconfig", str(cluster.kubeconfig()), "--namespace", cluster.namespace]) == 1
+    assert "no leader has written it yet" in capsys.readouterr().err
+
+
+def test_a_reload_that_changes_prometheus_rebuilds_the_source(
+    cluster: Cluster, loaded: PrometheusServer, shared_metrics: tuple[VllmExporter, PrometheusServer]
+) -> None:
+    cluster.deployment(NAME, 2)
+    proxy = FaultProxy(loaded.url)  # a second address for the same Prometheus
+    try:
+        controller = _controller(cluster, f"http://127.0.0.1:{free_port()}")  # nothing listens there
+        controller.source_factory = lambda document: PrometheusSource(document.prometheus)
+        assert controller.tick()[0]["reason"] == "metrics-unavailable"
+        (cluster.workdir / "config" / "policy.json").write_text(policy_text(proxy.url, cluster.namespace))
+        assert controller.tick()[0]["desired"] == 6
+        assert proxy.requests("GET", "/api/v1/query")
+    finally:
+        proxy.close()

@@ -123,11 +123,15 @@ def prepare_targets(kube: KubeServer) -> None:
     for name in (WORKLOAD, OWNED):
         apps.patch_namespaced_deployment_scale(name, SERVING, {"spec": {"replicas": 2}})
     apps.patch_namespaced_stateful_set_scale(STATEFUL, SERVING, {"spec": {"replicas": 2}})
-    try:  # a Lease left by an earlier run would hide the create this run must show
-        client.CoordinationV1Api(admin).delete_namespaced_lease("vllm-autoscaler", CONTROLLER)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+    for delete in (  # a Lease or state left by an earlier run would hide the create this run must show
+        lambda: client.CoordinationV1Api(admin).delete_namespaced_lease("vllm-autoscaler", CONTROLLER),
+        lambda: client.CoreV1Api(admin).delete_namespaced_config_map("vllm-autoscaler-state", CONTROLLER),
+    ):
+        try:
+            delete()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
 def granted(paths: list[Path]) -> set[tuple[str, str, str]]:
@@ -206,7 +210,10 @@ def test_the_manifests_service_account_scales_with_least_privilege(
         ("statefulsets/scale", SERVING),
         ("events", SERVING),
         ("leases", CONTROLLER),
+        ("configmaps", CONTROLLER),
     }, places
+    state = [e.name for e in sent if e.writes and e.resource == "configmaps"]
+    assert set(state) == {"vllm-autoscaler-state"}
     assert not [e for e in sent if e.writes and e.name == OWNED], "wrote to an HPA-owned Deployment"
     used = {(e.group, e.resource, e.verb) for e in sent}
     rules = [DEPLOY / "controller" / "rbac.yaml"]
