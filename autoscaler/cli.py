@@ -556,6 +556,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_BAD_INPUT if exc.code not in (0, None) else EXIT_OK
+    from policies.registry import broken_plugins
+
+    for name, error in broken_plugins().items():
+        _error(f"warning: policy plug-in {name!r} failed to load, so type {name!r} is unavailable: {error}")
     try:
         result: int = args.func(args)
     except KeyboardInterrupt:  # Ctrl-C during a long simulate, replay or record: no traceback

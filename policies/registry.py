@@ -20,17 +20,34 @@ BUILTIN: dict[str, Any] = {cls.type: cls for cls in (ThresholdPolicy, PIDPolicy,
 
 
 @cache
-def available() -> dict[str, Any]:
-    """Every policy class by type name; a plug-in cannot shadow a built-in."""
-    found = dict(BUILTIN)
+def _load() -> tuple[dict[str, Any], dict[str, str]]:
+    """Every policy class by type name, and each plug-in that failed to load with its error. Each plug-in is
+    loaded on its own: one broken entry point costs only its own type, never the built-ins or the others."""
+    found: dict[str, Any] = dict(BUILTIN)
+    broken: dict[str, str] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name not in found:
+        if entry.name in found or entry.name in broken:  # a plug-in cannot shadow a built-in
+            continue
+        try:
             found[entry.name] = entry.load()
-    return found
+        except Exception as exc:  # whatever its import raises
+            broken[entry.name] = f"{entry.value}: {type(exc).__name__}: {exc}"
+    return found, broken
+
+
+def available() -> dict[str, Any]:
+    return _load()[0]
+
+
+def broken_plugins() -> dict[str, str]:
+    """Plug-ins that could not be loaded, by type name: said once by the command line and the daemon."""
+    return _load()[1]
 
 
 def policy_class(policy_type: str) -> Any:
-    classes = available()
+    classes, broken = _load()
+    if policy_type in broken:
+        raise KeyError(f"policy type {policy_type!r}: its plug-in failed to load ({broken[policy_type]})")
     if policy_type not in classes:
         raise KeyError(f"unknown policy type {policy_type!r}; known: {', '.join(sorted(classes))}")
     return classes[policy_type]

@@ -33,6 +33,8 @@ log = get_logger("autoscaler.actuator")
 MERGE_PATCH = "application/merge-patch+json"
 RETRIABLE = {429, 500, 502, 503, 504}
 OWNER_CACHE_S = 60.0
+EVENT_AGGREGATE_S = 600.0  # client-go's aggregation window
+EVENT_BURST, EVENT_REFILL_S = 25, 300.0  # client-go's spam filter: 25 at once, then one per 5 minutes
 
 
 def api_client(kubeconfig: str | None = None, timeout: float = 10.0) -> client.ApiClient:
@@ -77,6 +79,7 @@ class KubernetesActuator:
         self._owners: dict[str, tuple[float, list[tuple[Owner, dict[str, Any]]]]] = {}
         self.authority = authority
         self.stopping = stopping or threading.Event()
+        self._events: dict[tuple[str, ...], _Recorded] = {}
 
     def authority_left(self) -> float:
         return math.inf if self.authority is None else self.authority()
@@ -270,9 +273,28 @@ class KubernetesActuator:
         return list(listed.get("items", []))
 
     def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:
-        stamp = datetime.now(UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(name=f"{target.name}.{uuid.uuid4().hex[:16]}", namespace=target.namespace),
+        """Record an Event, aggregated as client-go's EventCorrelator does: an identical Event (same object,
+        type, reason and message) within ``EVENT_AGGREGATE_S`` raises ``count`` and ``lastTimestamp`` on the
+        one already recorded instead of adding another; each gets a token bucket (``EVENT_BURST`` at once,
+        then one per ``EVENT_REFILL_S``), and what the bucket holds back is counted into the next update."""
+        key = (target.kind, target.namespace, target.name, kind, reason, message)
+        now, stamp = self.clock(), datetime.now(UTC)
+        seen = self._events.get(key)
+        if seen is not None and now - seen.last_seen < EVENT_AGGREGATE_S:
+            seen.last_seen, seen.count = now, seen.count + 1
+            if not seen.take(now):
+                return
+            body: Any = {"count": seen.count, "lastTimestamp": stamp.isoformat().replace("+00:00", "Z")}
+            try:
+                self.core.patch_namespaced_event(seen.name, target.namespace, body, _request_timeout=self.timeout)
+                return
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                log.debug("event-failed", reason=reason, detail=_short(exc))
+                if not (isinstance(exc, ApiException) and exc.status == 404):
+                    return  # the Event was deleted (or expired): record a new one
+        name = f"{target.name}.{uuid.uuid4().hex[:16]}"
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=name, namespace=target.namespace),
             involved_object=client.V1ObjectReference(
                 api_version=target.api_version, kind=target.kind, name=target.name, namespace=target.namespace
             ),
@@ -286,9 +308,33 @@ class KubernetesActuator:
             reporting_component="vllm-autoscaler",
         )
         try:
-            self.core.create_namespaced_event(target.namespace, body, _request_timeout=self.timeout)
+            self.core.create_namespaced_event(target.namespace, event, _request_timeout=self.timeout)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.debug("event-failed", reason=reason, detail=_short(exc))
+            return
+        self._events[key] = _Recorded(name, now, now, float(EVENT_BURST - 1))
+        if len(self._events) > 4096:  # forget the oldest
+            oldest = min(self._events, key=lambda k: self._events[k].last_seen)
+            del self._events[oldest]
+
+
+@dataclass
+class _Recorded:
+    """An Event already recorded, for aggregation: its name, when it was last seen, and its token bucket."""
+
+    name: str
+    last_seen: float
+    refilled_at: float
+    tokens: float
+    count: int = 1
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(float(EVENT_BURST), self.tokens + (now - self.refilled_at) / EVENT_REFILL_S)
+        self.refilled_at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 @dataclass(frozen=True)

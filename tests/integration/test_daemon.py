@@ -678,3 +678,19 @@ def test_a_reload_that_changes_prometheus_rebuilds_the_source(
         assert proxy.requests("GET", "/api/v1/query")
     finally:
         proxy.close()
+
+
+def test_identical_events_are_aggregated_into_one(cluster: Cluster, loaded: PrometheusServer) -> None:
+    """A persistent 403 on the write, tick after tick: one FailedRescale Event whose count rises."""
+    cluster.deployment(NAME, 2)
+    rules = [
+        {**rule, "verbs": [v for v in rule["verbs"] if v != "patch" or "events" in rule["resources"]]}
+        for rule in shipped_rules()
+    ]
+    token = cluster.kube.service_account_token(cluster.namespace, "no-scale")
+    cluster.kube.grant(cluster.namespace, (cluster.namespace, "no-scale"), rules, "no-scale")
+    controller = _controller(cluster, loaded.url, kubeconfig=cluster.kube.kubeconfig(cluster.workdir / "ns", token))
+    for _ in range(5):
+        assert controller.tick()[0]["write"] == "forbidden"
+    failed = [e for e in events(cluster) if e.reason == "FailedRescale"]
+    assert len(failed) == 1 and failed[0].count == 5

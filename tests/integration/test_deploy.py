@@ -171,6 +171,8 @@ def test_the_manifests_service_account_scales_with_least_privilege(
     proxy = FaultProxy(fresh.url, fresh.ca_file)
     proxy.inject("PATCH", f"/deployments/{WORKLOAD}/scale$", 409)  # a conflict: the scale is read afresh
     proxy.inject("PATCH", f"/statefulsets/{STATEFUL}/scale$", 409)
+    # Then two ticks' writes fail alike: the second FailedRescale Event is aggregated into the first.
+    proxy.inject("PATCH", f"/statefulsets/{STATEFUL}/scale$", 503, times=10, retry_after=0)
     port = free_port()
     process = start_daemon(
         mounted,
