@@ -12,7 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.queries import aggregate, batch_key, batched_query, metric_queries, pod_pattern
+from autoscaler.metrics.queries import (
+    aggregate,
+    batch_key,
+    batched_query,
+    freshness_query,
+    metric_queries,
+    pod_pattern,
+)
 from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
 from autoscaler.policy_file import PolicyFile, Workload
 
@@ -41,11 +48,16 @@ class Observer:
             for name in self.batched[workload.key]:
                 namespaces.setdefault(batch_key(name), []).append(workload.target.namespace)
         self.batches = {key: batched_query(key, spaces) for key, spaces in namespaces.items()}
+        every = sorted({n for spaces in namespaces.values() for n in spaces})
+        self.freshness = freshness_query(every) if every else None
+        self.staleness = float(document.prometheus.staleness_seconds)
         self.patterns = {w.key: pod_pattern(w) for w in document.workloads}
         self.last_latencies: list[float] = []  # one per request of the last collect
+        self.ages: dict[tuple[str, str], float] = {}  # (namespace, pod): its newest sample's age at the last collect
 
     def requests_per_tick(self) -> int:
-        return len(self.batches) + len({q for per in self.custom.values() for q in per.values() if q})
+        custom = len({q for per in self.custom.values() for q in per.values() if q})
+        return len(self.batches) + custom + (self.freshness is not None)
 
     def collect(self, now: float) -> dict[str, WorkloadMetrics]:
         custom = self.source.query(
@@ -54,6 +66,12 @@ class Observer:
         vectors = {key: self.source.query_vector(query, now) for key, query in self.batches.items()}
         by_pod = {key: self._index(vector) for key, vector in vectors.items()}
         self.last_latencies = [r.latency_s for r in custom.values()] + [v.latency_s for v in vectors.values()]
+        self.ages = {}
+        if self.freshness is not None:
+            fresh = self.source.query_vector(self.freshness, now)
+            self.last_latencies.append(fresh.latency_s)
+            for sample in fresh.samples:
+                self.ages[(sample.labels.get("namespace", ""), sample.labels.get("pod", ""))] = now - sample.value
         observed: dict[str, WorkloadMetrics] = {}
         for key, workload in self.workloads.items():
             values: dict[str, float | None] = {}
@@ -78,6 +96,10 @@ class Observer:
             observed[key] = WorkloadMetrics(values, failures)
         return observed
 
+    def _age(self, namespace: str, labels: dict[str, str]) -> float:
+        """A pod's newest sample's age; 0 where the freshness query said nothing of it (no evidence of age)."""
+        return self.ages.get((namespace, labels.get("pod", "")), 0.0)
+
     @staticmethod
     def _index(vector: VectorResult) -> dict[str, list[tuple[dict[str, str], float]]]:
         index: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -91,11 +113,18 @@ class Observer:
         if vector.failure is not None:
             return QueryResult(None, vector.failure, vector.detail, latency_s=vector.latency_s)
         pattern = self.patterns[workload.key]
+        namespace = workload.target.namespace
         mine = [
-            (labels, value)
-            for labels, value in index.get(workload.target.namespace, [])
-            if pattern.fullmatch(labels.get("pod", ""))
+            (labels, value) for labels, value in index.get(namespace, []) if pattern.fullmatch(labels.get("pod", ""))
         ]
+        fresh = [(lab, v) for lab, v in mine if self._age(namespace, lab) <= self.staleness]
+        if mine and not fresh:
+            oldest = min(self._age(namespace, lab) for lab, _ in mine)
+            detail = (
+                f"the newest sample of the workload's pods is {oldest:.0f} s old (stalenessSeconds {self.staleness:g})"
+            )
+            return QueryResult(None, Failure.STALE, detail, latency_s=vector.latency_s)
+        mine = fresh
         value = aggregate(name, mine)
         if value is None:
             detail = "no series for the workload's pods" if not mine else "the histogram has no observations"

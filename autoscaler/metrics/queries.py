@@ -121,6 +121,19 @@ def batched_query(name: str, namespaces: list[str]) -> str:
     return _expression(name, selector, f"namespace,pod{extra}")
 
 
+FRESHNESS = "freshness"
+
+
+def freshness_query(namespaces: list[str]) -> str:
+    """Each pod's newest vLLM sample time, by namespace and pod. An instant query stamps every value with the
+    evaluation time; ``timestamp()`` of a plain selector gives the sample's own, so a frozen exporter shows."""
+    selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
+    return " or ".join(
+        f"max by (namespace, pod) (timestamp(vllm:{name}{{{selector}}}))"
+        for name in ("num_requests_waiting", "num_requests_running")
+    )
+
+
 def batch_key(name: str) -> str:
     """Aliases share one batch."""
     return "kv_cache_usage_perc" if name in KV_CACHE_NAMES else name

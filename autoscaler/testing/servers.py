@@ -84,6 +84,7 @@ class VllmExporter:
     def __init__(self) -> None:
         self.series: dict[tuple[str, tuple[tuple[str, str], ...]], float | Callable[[], float]] = {}
         self.pods: dict[tuple[str, str], list[str]] = {}
+        self.stamps: dict[tuple[str, str], float] = {}  # (namespace, pod): the samples' own time, Unix seconds
         self.lock = threading.Lock()
         exporter = self
 
@@ -122,9 +123,11 @@ class VllmExporter:
         old_kv: list[float] | None = None,
         model: str = "meta-llama/Meta-Llama-3-70B-Instruct",
         stateful: bool = False,
+        stamped_at: float | None = None,
     ) -> None:
         """One vLLM pod per list entry, named as a Deployment (or a StatefulSet) names its pods; the
-        workload's pods set before are replaced."""
+        workload's pods set before are replaced. ``stamped_at`` exposes every sample with that timestamp
+        (Unix seconds), as an exporter that froze then would."""
         names = [
             f"{deployment}-{i}" if stateful else f"{deployment}-7d9f8c6b5-{chr(97 + i)}x{i}z9"
             for i in range(len(waiting))
@@ -137,6 +140,11 @@ class VllmExporter:
                 if not (k[0].startswith("vllm:") and ("namespace", namespace) in k[1] and dict(k[1]).get("pod") in old)
             }
             self.pods[(namespace, deployment)] = names
+            for pod in names:
+                if stamped_at is None:
+                    self.stamps.pop((namespace, pod), None)
+                else:
+                    self.stamps[(namespace, pod)] = stamped_at
         for i, pod in enumerate(names):
             labels = {"namespace": namespace, "pod": pod, "model_name": model, "engine": "0"}
             self.set("vllm:num_requests_waiting", waiting[i], **labels)
@@ -156,7 +164,10 @@ class VllmExporter:
         for (metric, labels), value in items:
             text = ",".join(f'{k}="{v}"' for k, v in labels)
             number = value() if callable(value) else value
-            lines.append(f"{metric}{{{text}}} {number!r}")
+            found = dict(labels)
+            stamp = self.stamps.get((found.get("namespace", ""), found.get("pod", "")))
+            suffix = "" if stamp is None else f" {int(stamp * 1000)}"
+            lines.append(f"{metric}{{{text}}} {number!r}{suffix}")
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:

@@ -275,7 +275,7 @@ def test_batched_queries_equal_each_workloads_default_query(
     document = parse_policy_document({"prometheus": {"url": prometheus.url}, "workloads": workloads})
     source = PrometheusSource(document.prometheus)
     observer = Observer(document, source)
-    assert observer.requests_per_tick() == len(names)  # one batch per metric, however many workloads
+    assert observer.requests_per_tick() == len(names) + 1  # a batch per metric and the freshness, for any number
     wait_for(
         lambda: all(v is not None for m in observer.collect(time.time()).values() for v in m.values.values()),
         40,
@@ -286,10 +286,45 @@ def test_batched_queries_equal_each_workloads_default_query(
     now = time.time()
     before = source.requests_sent
     batched = observer.collect(now)
-    assert source.requests_sent - before == len(names)
+    assert source.requests_sent - before == len(names) + 1
     for workload in document.workloads:
         for name in names:
             result = source.query_one(default_query(name, workload) or "", now)
             expected = result.value
             assert expected is not None, (workload.key, name, result.failure, result.detail)
             assert batched[workload.key].values[name] == pytest.approx(expected, rel=1e-9), (workload.key, name)
+
+
+def test_a_frozen_exporters_old_samples_are_stale(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
+    """An exporter whose samples carry a timestamp 205 s old: Prometheus's instant query stamps the values with
+    the evaluation time, but their own timestamps say how old they are, and a 30 s ``stalenessSeconds`` holds
+    them; the fresh workload beside it is read as usual."""
+    frozen = "vllm-frozen"
+    workloads = [
+        {
+            "target": {"namespace": NS, "name": name},
+            "maxReplicas": 9,
+            "metrics": [{"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}}],
+        }
+        for name in (NAME, frozen)
+    ]
+    document = parse_policy_document(
+        {"prometheus": {"url": prometheus.url, "timeout": 2, "stalenessSeconds": 30}, "workloads": workloads}
+    )
+    observer = Observer(document, PrometheusSource(document.prometheus))
+    exporter.set_pods(NS, NAME, waiting=[3, 4])
+    _until(observer, "num_requests_waiting", 7.0, "the fresh workload's values")
+    # (Set after: a Prometheus whose storage holds no sample yet refuses ones older than its start.)
+    exporter.set_pods(NS, frozen, waiting=[8, 8], stamped_at=time.time() - 205)
+
+    def stale() -> bool:
+        failure = observer.collect(time.time())[f"{NS}/{frozen}"].failures.get("num_requests_waiting")
+        return failure is not None and failure.failure == Failure.STALE
+
+    wait_for(stale, 30, "the frozen samples held as stale")
+    failure = observer.collect(time.time())[f"{NS}/{frozen}"].failures["num_requests_waiting"]
+    assert "s old" in failure.detail and "stalenessSeconds 30" in failure.detail
+    raw = PrometheusSource(document.prometheus).query_one(
+        f'sum(vllm:num_requests_waiting{{namespace="{NS}",pod=~"{frozen}-.*"}})', time.time()
+    )
+    assert raw.value == 16.0  # the value alone looks current: only its timestamp tells
