@@ -115,8 +115,8 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
     from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
     from autoscaler.controller import Controller
     from autoscaler.metrics.prometheus import PrometheusSource
-    from autoscaler.policy_file import parse_policy_document
     from autoscaler.testing.servers import PrometheusServer, wait_for
+    from policies.policy_file import parse_policy_document
 
     parent, child = multiprocessing.Pipe()
     server = multiprocessing.Process(target=_serve, args=(count, child), daemon=True)
@@ -237,8 +237,8 @@ def bench_reaction(workdir: Path, trials: int, seed: int, kube: KubeServer) -> d
 
 
 def bench_pipeline(seed: int) -> dict[str, Any]:
-    from autoscaler.policy_file import parse_policy_document
     from policies.base import Observation
+    from policies.policy_file import parse_policy_document
 
     document = parse_policy_document(_policy("http://unused:9090", [("llm", "vllm")]))
     rng = np.random.default_rng(seed)

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from autoscaler import __version__
-from autoscaler.policy_file import PolicyFile, PolicyFileError, json_schema, load_policy_file, parse_policy_document
-from autoscaler.recorded import RecordedMetricsError, read_ticks
+from policies.policy_file import PolicyFile, PolicyFileError, json_schema, load_policy_file, parse_policy_document
 from policies.spec import parse_duration
+from simulations.recorded import RecordedMetricsError, read_ticks
 
 if TYPE_CHECKING:
     from autoscaler.settings import Settings
@@ -317,8 +317,8 @@ def _settings(args: argparse.Namespace) -> Settings | None:
 
 def _when(text: str) -> float:
     """Unix seconds, RFC 3339, ``now``, or ``now-2h``-style offsets."""
-    from autoscaler.recorded import parse_timestamp
     from policies.spec import parse_duration
+    from simulations.recorded import parse_timestamp
 
     text = text.strip()
     if text.startswith("now"):
@@ -431,7 +431,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_import_keda(args: argparse.Namespace) -> int:
     from autoscaler.keda_import import KedaImportError, convert_text, merge
-    from autoscaler.policy_file import PolicyFileError
+    from policies.policy_file import PolicyFileError
 
     try:
         text = sys.stdin.read() if args.scaledobject == "-" else Path(args.scaledobject).read_text(encoding="utf-8")

@@ -30,12 +30,12 @@ from autoscaler.leader import LeaderElector
 from autoscaler.logs import get_logger
 from autoscaler.metrics.source import MetricSource
 from autoscaler.observer import Observer, WorkloadMetrics
-from autoscaler.policy_file import PolicyFile, PolicyFileError, Workload, parse_policy_text
 from autoscaler.state import LastScale, StateStore, WorkloadRecord, record_key
 from autoscaler.telemetry import Telemetry
 from policies.base import Observation
 from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
 from policies.pipeline import Decision, Reason, WorkloadDecider
+from policies.policy_file import PolicyFile, PolicyFileError, Workload, parse_policy_text
 
 log = get_logger("autoscaler.controller")
 COLD_START_SAMPLES = 20

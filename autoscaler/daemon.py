@@ -22,11 +22,11 @@ from autoscaler.controller import Controller
 from autoscaler.leader import LeaderElector
 from autoscaler.logs import get_logger
 from autoscaler.metrics.prometheus import PrometheusSource
-from autoscaler.policy_file import PolicyFile
 from autoscaler.server import HealthServer
 from autoscaler.settings import Settings
 from autoscaler.state import ConfigMapStateStore
 from autoscaler.telemetry import Telemetry
+from policies.policy_file import PolicyFile
 
 log = get_logger("autoscaler.daemon")
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

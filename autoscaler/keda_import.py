@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.policy_file import PolicyFileError, parse_policy_document
+from policies.policy_file import PolicyFileError, parse_policy_document
 
 KEDA_PAUSED = "autoscaling.keda.sh/paused"
 KEDA_PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"

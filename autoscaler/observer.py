@@ -21,7 +21,7 @@ from autoscaler.metrics.queries import (
     pod_pattern,
 )
 from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
-from autoscaler.policy_file import PolicyFile, Workload
+from policies.policy_file import PolicyFile, Workload
 
 log = get_logger("autoscaler.observer")
 

@@ -8,8 +8,8 @@ from typing import TextIO
 from autoscaler.logs import get_logger
 from autoscaler.metrics.queries import metric_queries, replicas_query
 from autoscaler.metrics.source import Failure, MetricSource
-from autoscaler.policy_file import PolicyFile
-from autoscaler.recorded import REPLICAS, write_rows
+from policies.policy_file import PolicyFile
+from simulations.recorded import REPLICAS, write_rows
 
 log = get_logger("autoscaler.record")
 PROMETHEUS_FAILURES = {Failure.HTTP_ERROR, Failure.TIMEOUT, Failure.UNREACHABLE, Failure.BAD_RESPONSE}

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from autoscaler.policy_file import PolicyFile, PrometheusConfig
+from policies.policy_file import PolicyFile, PrometheusConfig
 
 
 class Settings(BaseSettings):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autoscaler.policy_file import PolicyFile
+from policies.policy_file import PolicyFile
 from policies.predictive import pooled_capacity
 from simulations.compare import builtin_policy
 from simulations.replica_model import ReplicaModel

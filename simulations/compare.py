@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.policy_file import PolicyFile, Workload, parse_policy_document
+from policies.policy_file import PolicyFile, Workload, parse_policy_document
 from policies.predictive import PredictiveParams, default_headroom, default_horizon
 from policies.threshold import ThresholdParams
 from simulations.replica_model import ReplicaModel

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import simulations.compare as comparing
-from autoscaler.policy_file import parse_policy_document
+from policies.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
 from simulations.compare import footing, policy_contender, policy_variant, tune
 from simulations.replica_model import ReplicaModel, parse_overrides

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from autoscaler.policy_file import PolicyFile
-from autoscaler.recorded import REPLICAS, RecordedMetricsError, Tick, format_timestamp
 from policies.base import Observation
 from policies.pipeline import Decision
+from policies.policy_file import PolicyFile
+from simulations.recorded import REPLICAS, RecordedMetricsError, Tick, format_timestamp
 
 DECISION_HEADER = [
     "timestamp",

@@ -13,7 +13,7 @@ from autoscaler.actuators.base import ActuatorError, Owner, Ownership, ReadFailu
 from autoscaler.actuators.dryrun import DryRunActuator
 from autoscaler.controller import Controller
 from autoscaler.metrics.source import QueryResult, RangeSeries, VectorResult
-from autoscaler.policy_file import TargetRef, parse_policy_document
+from policies.policy_file import TargetRef, parse_policy_document
 from tests.helpers import workload_doc
 
 

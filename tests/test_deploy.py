@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autoscaler.policy_file import load_policy_file, parse_policy_text
+from policies.policy_file import load_policy_file, parse_policy_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -9,7 +9,7 @@ import yaml
 
 from autoscaler.cli import main
 from autoscaler.keda_import import KedaImportError, convert_text
-from autoscaler.policy_file import parse_policy_document
+from policies.policy_file import parse_policy_document
 
 ARTICLE = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "keda-scaledobject-article.yaml"
 

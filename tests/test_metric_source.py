@@ -15,7 +15,7 @@ import pytest
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.metrics.queries import default_query, metric_queries, promql_string, regex_literal, replicas_query
 from autoscaler.metrics.source import Failure
-from autoscaler.policy_file import PrometheusConfig, parse_policy_document
+from policies.policy_file import PrometheusConfig, parse_policy_document
 from tests.helpers import workload_doc
 
 
@@ -138,7 +138,7 @@ def test_label_values_cannot_inject() -> None:
 
 
 def test_a_metric_without_query_or_default_is_a_validation_error() -> None:
-    from autoscaler.policy_file import PolicyFileError
+    from policies.policy_file import PolicyFileError
 
     with pytest.raises(PolicyFileError, match=r"metrics\[0\].query: required for 'queue_depth'"):
         parse_policy_document(workload_doc(metrics=[{"name": "queue_depth", "target": {"value": 1}}]))
@@ -202,8 +202,8 @@ def test_workloads_share_one_batched_request_per_metric() -> None:
     source = Source()
     observer = Observer(document, source)  # type: ignore[arg-type]
     observed = observer.collect(0.0)
-    assert len(source.sent) == 2
-    assert len(observer.last_latencies) == 2  # one query latency per request, not per workload
+    assert len(source.sent) == 3  # one per metric, and one for the pods' sample times
+    assert len(observer.last_latencies) == 3  # one query latency per request, not per workload
     assert observed["ns1/app1"].values == {"num_requests_waiting": 6.0, "gpu_cache_usage_perc": 0.5}
     # app1's selector must not take app10..app19's pods.
     assert all(m.values["num_requests_waiting"] == 6.0 for m in observed.values())

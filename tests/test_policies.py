@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from autoscaler.policy_file import parse_policy_document
 from policies.base import Observation
 from policies.pipeline import Reason, WorkloadDecider
+from policies.policy_file import parse_policy_document
 from policies.predictive import pooled_replicas
 from policies.replica_calculator import Tolerance, average_value_replicas, milli, value_replicas
 from tests.helpers import workload_doc
@@ -268,14 +268,14 @@ def test_a_third_party_policy_from_an_entry_point(monkeypatch: pytest.MonkeyPatc
     __import__("sys").modules["acme_policy"].FixedPolicy = FixedPolicy  # type: ignore[attr-defined]
     entry = EntryPoint("fixed", "acme_policy:FixedPolicy", registry.ENTRY_POINT_GROUP)
     monkeypatch.setattr(registry, "entry_points", lambda group: [entry] if group == registry.ENTRY_POINT_GROUP else [])
-    registry.available.cache_clear()
+    registry._load.cache_clear()
     try:
         decider = _decider(policy={"type": "fixed", "replicas": 5}, behavior=FREE)
         assert decider.decide(Observation(0.0, 2, {"num_requests_waiting": 0})).desired == 5
         with pytest.raises(Exception, match="unknown policy type 'nope'"):
             _decider(policy={"type": "nope"})
     finally:
-        registry.available.cache_clear()
+        registry._load.cache_clear()
 
 
 def test_no_further_scale_up_while_new_replicas_are_starting() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli import main
-from autoscaler.policy_file import PolicyFileError, parse_policy_document, parse_policy_text
+from policies.policy_file import PolicyFileError, parse_policy_document, parse_policy_text
 from policies.spec import parse_duration
 from tests.helpers import workload_doc
 

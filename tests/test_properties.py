@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.policy_file import parse_policy_document
 from policies.base import Observation
 from policies.pipeline import Decision, Reason
+from policies.policy_file import parse_policy_document
 from tests.helpers import workload_doc
 
 scaling_policy = st.fixed_dictionaries(

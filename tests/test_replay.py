@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli import main
-from autoscaler.policy_file import parse_policy_document
-from autoscaler.recorded import RecordedMetricsError, read_ticks
+from policies.policy_file import parse_policy_document
+from simulations.recorded import RecordedMetricsError, read_ticks
 from simulations.replay import check_names, replay
 from tests.helpers import workload_doc
 from tests.test_policy_file import CONTRACT_EXAMPLE

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from autoscaler.policy_file import parse_policy_document
 from policies.base import Observation
 from policies.pipeline import WorkloadDecider
+from policies.policy_file import parse_policy_document
 from policies.rise_history import RiseHistory
 from tests.helpers import workload_doc
 

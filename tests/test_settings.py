@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli import main
-from autoscaler.policy_file import parse_policy_document
 from autoscaler.settings import Settings
+from policies.policy_file import parse_policy_document
 from tests.helpers import workload_doc
 
 

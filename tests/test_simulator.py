@@ -986,7 +986,7 @@ def test_tuned_predictive_with_pooling_still_costs_no_more_than_tuned_threshold(
 
 
 def test_tuning_runs_the_safe_end_last_and_reports_it_when_no_setting_meets_the_slo() -> None:
-    from autoscaler.policy_file import parse_policy_document
+    from policies.policy_file import parse_policy_document
     from simulations.compare import builtin_document, tune
 
     trace = synthetic_day(seed=1, mean_rps=3.0, hours=0.1, bursts=0)
@@ -1177,7 +1177,7 @@ def test_the_written_policy_file_runs_the_cheapest_policy_as_it_was_simulated(
     text = written.read_text()
     assert text.startswith(f"# Written by `vllm-autoscaler simulate` for llm-serving/vllm-llama3-70b: {best['policy']}")
     assert f"wrote {best['policy']} to {written}" in capsys.readouterr().err
-    from autoscaler.policy_file import load_policy_file
+    from policies.policy_file import load_policy_file
 
     document = load_policy_file(str(written))
     workload = document.workloads[0]
@@ -1207,7 +1207,7 @@ def test_no_policy_file_is_written_when_no_policy_met_the_slo(
 def test_the_written_file_runs_predictive_at_threshold_capacity_as_tuning_found_it() -> None:
     """Tuning may find predictive's cheapest setting in threshold's decisions: its targets scaled, headroom
     0 and its extras off. The file written from it scales the targets as the run did."""
-    from autoscaler.policy_file import parse_policy_document
+    from policies.policy_file import parse_policy_document
     from simulations.compare import _knob_variant, deployable
 
     document = builtin_policy(ReplicaModel(prefill_tokens_per_s=987.654321))
@@ -1223,7 +1223,7 @@ def test_the_written_file_runs_predictive_at_threshold_capacity_as_tuning_found_
 
 
 def test_the_written_file_keeps_the_other_workloads_and_a_measured_cold_start() -> None:
-    from autoscaler.policy_file import parse_policy_document
+    from policies.policy_file import parse_policy_document
     from simulations.compare import deployable
 
     raw = builtin_policy().workloads[0].model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from autoscaler.policy_file import TargetRef
+from policies.policy_file import TargetRef
 
 PAUSED = "vllm-autoscaler.io/paused"
 PAUSED_REPLICAS = "vllm-autoscaler.io/paused-replicas"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autoscaler.actuators.base import Actuator, ActuatorError, Ownership, ScaleState, WriteResult
 from autoscaler.logs import get_logger
-from autoscaler.policy_file import TargetRef
+from policies.policy_file import TargetRef
 
 log = get_logger("autoscaler.actuator")
 

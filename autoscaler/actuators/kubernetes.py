@@ -27,7 +27,7 @@ from autoscaler.actuators.base import (
     target_key,
 )
 from autoscaler.logs import get_logger
-from autoscaler.policy_file import TargetRef
+from policies.policy_file import TargetRef
 
 log = get_logger("autoscaler.actuator")
 MERGE_PATCH = "application/merge-patch+json"

@@ -16,8 +16,8 @@ from urllib3.util.retry import Retry
 
 from autoscaler.logs import get_logger
 from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, Sample, VectorResult
-from autoscaler.policy_file import PrometheusConfig
 from policies.base import MAX_METRIC_VALUE, usable
+from policies.policy_file import PrometheusConfig
 
 log = get_logger("autoscaler.metrics")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from autoscaler.policy_file import BUILTIN_METRIC_NAMES, Workload
+from policies.policy_file import BUILTIN_METRIC_NAMES, Workload
 
 KV_CACHE_NAMES = ("kv_cache_usage_perc", "gpu_cache_usage_perc")
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")

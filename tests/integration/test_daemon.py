@@ -20,11 +20,11 @@ from autoscaler.cli import main
 from autoscaler.controller import Controller
 from autoscaler.leader import LeaderElector
 from autoscaler.metrics.prometheus import PrometheusSource
-from autoscaler.policy_file import TargetRef, load_policy_file
 from autoscaler.telemetry import Telemetry
 from autoscaler.testing.fault_proxy import DROP, FaultProxy
 from autoscaler.testing.kube import KubeServer, set_status
 from autoscaler.testing.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
+from policies.policy_file import TargetRef, load_policy_file
 from tests.integration.conftest import Cluster, shipped_rules
 
 pytestmark = pytest.mark.integration

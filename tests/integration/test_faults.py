@@ -23,10 +23,10 @@ import requests
 
 from autoscaler.controller import Controller
 from autoscaler.metrics.prometheus import PrometheusSource
-from autoscaler.policy_file import parse_policy_document
 from autoscaler.testing.fault_proxy import DROP, FaultProxy
 from autoscaler.testing.kube import AuditEvent
 from autoscaler.testing.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
+from policies.policy_file import parse_policy_document
 from tests.integration.conftest import Cluster
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from autoscaler.cli import main
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.metrics.source import Failure
 from autoscaler.observer import Observer
-from autoscaler.policy_file import PolicyFile, parse_policy_document
 from autoscaler.testing.servers import PrometheusServer, VllmExporter, wait_for
 from policies.base import Observation
 from policies.pipeline import Reason
+from policies.policy_file import PolicyFile, parse_policy_document
 
 pytestmark = pytest.mark.integration
 NS, NAME = "llm-serving", "vllm-llama3-70b"
