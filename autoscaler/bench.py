@@ -275,6 +275,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip", action="append", default=[], choices=["tick", "reaction", "pipeline"])
     parser.add_argument("--kube-dir", type=Path, help="the folder of the kube-apiserver's start.sh")
+    parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
     args = parser.parse_args()
     if shutil.which("prometheus") is None and not {"tick", "reaction"} <= set(args.skip):
         print("the prometheus binary is needed (apt-get install prometheus)", file=sys.stderr)
@@ -304,7 +305,52 @@ def main() -> int:
             finally:
                 kube.stop()
     print(json.dumps(out, indent=2))
+    if args.report:
+        path = write_report(args.report, out, sys.argv[1:])
+        print(f"python -m autoscaler.bench: wrote {path}", file=sys.stderr)
     return 0
+
+
+TARGETS = {"tick_1000_wall_s": "< 1 s", "reaction_s": "< interval + 2 scrapes (7 s)", "peak_rss_mib": "< 512 MiB"}
+
+
+def write_report(folder: Path, out: dict[str, Any], argv: list[str]) -> Path:
+    """A dated Markdown report of one run: the command, the version, the machine, every figure."""
+    import datetime
+    import platform
+
+    from autoscaler import __version__
+
+    folder.mkdir(parents=True, exist_ok=True)
+    today = datetime.date.today().isoformat()
+    path = folder / f"{today}-daemon-bench.md"
+    machine = out["machine"]
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    rows = [
+        f"| `{key}` | {value} | {TARGETS.get(key, '')} |"
+        for key, value in out.items()
+        if key != "machine" and not isinstance(value, (list, dict))
+    ]
+    command = " ".join(["python -m autoscaler.bench", *argv])
+    text = "\n".join(
+        [
+            f"# The daemon's benchmark, {today}",
+            "",
+            f"Written by `{command}` (vllm-autoscaler {__version__}); do not edit by hand, run it again.",
+            "",
+            f"Machine: {machine['cpus']} CPUs, {memory:.0f} GiB, {platform.machine()}, {platform.system()} "
+            f"{platform.release()}, Python {machine['python']}.",
+            "",
+            "| figure | measured | target |",
+            "|---|---|---|",
+            *rows,
+            "",
+            "What each figure measures is in the module docstring of `autoscaler/bench.py`.",
+            "",
+        ]
+    )
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The ``vllm-autoscaler`` command line (CONTRACT.md). Exit status 2 means bad input."""
+"""The ``vllm-autoscaler`` command line (docs/contract.md). Exit status 2 means bad input."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import yaml
 
 from autoscaler import __version__
 from policies.policy_file import PolicyFile, PolicyFileError, json_schema, load_policy_file, parse_policy_document
+from policies.registry import policy_class
 from policies.spec import parse_duration
 from simulations.recorded import RecordedMetricsError, read_ticks
 
@@ -57,6 +58,18 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
+
+
+def _seconds(text: str) -> float:
+    """A flag's seconds, in the policy file's syntax: a number (``300``, ``0.5``) or a duration (``5m``)."""
+    try:
+        return _finite(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        return float(parse_duration(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not seconds or a duration such as 90s, 5m or 1h30m") from None
 
 
 def _window(text: str) -> tuple[int, int | None]:
@@ -189,6 +202,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if not 0 < args.slo_target <= 1 or args.slo_ttft <= 0:
         _error("--slo-target must be in (0, 1] and --slo-ttft positive")
         return EXIT_BAD_INPUT
+    try:  # before any expensive work: an unknown --policy is said at once
+        for policy_type in args.policy or []:
+            policy_class(policy_type)
+    except KeyError as exc:
+        _error(exc.args[0])
+        return EXIT_BAD_INPUT
     if args.cold_start is not None and args.cold_start < 0:
         _error("--cold-start must be a number of seconds, 0 or more")
         return EXIT_BAD_INPUT
@@ -211,10 +230,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if hint := long_run_hint(trace, model):
             print(f"vllm-autoscaler: note: {hint}", file=sys.stderr)
         types = list(dict.fromkeys(args.policy or ([workload.policy_type] if args.config else DEFAULT_POLICY_TYPES)))
-        from policies.registry import policy_class
-
-        for policy_type in types:
-            policy_class(policy_type)
         grow_to = None if args.config else BUILTIN_GROW_TO
         comparison = compare(trace, model, document, types, args.slo_ttft, args.slo_target, args.tune, grow_to=grow_to)
         if comparison.workload.max_replicas != workload.max_replicas:
@@ -317,7 +332,6 @@ def _settings(args: argparse.Namespace) -> Settings | None:
 
 def _when(text: str) -> float:
     """Unix seconds, RFC 3339, ``now``, or ``now-2h``-style offsets."""
-    from policies.spec import parse_duration
     from simulations.recorded import parse_timestamp
 
     text = text.strip()
@@ -334,7 +348,6 @@ def cmd_record(args: argparse.Namespace) -> int:
     from autoscaler.logs import configure
     from autoscaler.metrics.prometheus import PrometheusSource
     from autoscaler.record import record
-    from policies.spec import parse_duration
 
     document = _load(args.config)
     if document is None:
@@ -425,7 +438,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             "writes nothing; its decisions are in its log and /metrics)"
         )
         return EXIT_FAILED
-    print(as_json(records) if args.output == "json" else table(records))
+    if args.config:
+        document = _load(args.config)
+        if document is None:
+            return EXIT_BAD_INPUT
+        records = {k: r for k, r in records.items() if k in {w.key for w in document.workloads}}
+    print(as_json(records) if args.output == "json" else table(records, wide=args.output == "wide"))
     return EXIT_OK
 
 
@@ -516,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulate only the requests that arrive in this part of the trace, timed from its first request "
         "before --time-scale (7d:14d is its second week; :6h, 30d:)",
     )
-    p.add_argument("--cold-start", type=_finite, metavar="SECONDS", help="overrides coldStartSeconds")
+    p.add_argument("--cold-start", type=_seconds, metavar="SECONDS", help="overrides coldStartSeconds (300, 5m)")
     p.add_argument(
         "--slo-ttft",
         type=_finite,
@@ -540,7 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--namespace", default="vllm-autoscaler", help="the controller's namespace (default vllm-autoscaler)"
     )
-    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument("--config", metavar="FILE", help="show only this policy file's workloads")
+    p.add_argument("-o", "--output", choices=["table", "wide", "json"], default="table")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("import-keda", help="print the policy file equivalent to a KEDA ScaledObject")

@@ -455,6 +455,8 @@ class Controller:
                 target=f"{workload.target.kind}/{workload.target.name}",
                 policy=workload.policy_type,
                 updated_at=wall,
+                min_replicas=workload.min_replicas,
+                max_replicas=workload.max_replicas,
                 current=line.get("current"),
                 ready=line.get("ready"),
                 desired=line.get("desired"),

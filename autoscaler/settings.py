@@ -1,6 +1,6 @@
 """Settings that are not per workload: from flags, the environment (``VLLM_AUTOSCALER_*``), the file.
 
-A flag wins over the environment and the environment over the policy file (CONTRACT.md).
+A flag wins over the environment and the environment over the policy file (docs/contract.md).
 """
 
 from __future__ import annotations

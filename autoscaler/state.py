@@ -44,6 +44,8 @@ class WorkloadRecord(BaseModel):
     target: str
     policy: str
     updated_at: float
+    min_replicas: int | None = None
+    max_replicas: int | None = None
     current: int | None = None
     ready: int | None = None
     desired: int | None = None

@@ -9,18 +9,8 @@ from typing import Any
 
 from autoscaler.state import WorkloadRecord
 
-COLUMNS = (
-    "WORKLOAD",
-    "TARGET",
-    "POLICY",
-    "METRICS",
-    "CURRENT",
-    "READY",
-    "DESIRED",
-    "LAST SCALE",
-    "COLD START",
-    "OWNER",
-)
+COLUMNS = ("WORKLOAD", "TARGET", "POLICY", "METRICS", "MIN", "MAX", "CURRENT", "READY", "DESIRED", "LAST SCALE")
+WIDE = ("COLD START", "OWNER")
 
 
 def _age(seconds: float) -> str:
@@ -54,6 +44,8 @@ def row(record: WorkloadRecord, now: float) -> tuple[str, ...]:
         record.target,
         record.policy,
         metrics or "-",
+        _number(record.min_replicas),
+        _number(record.max_replicas),
         _number(record.current),
         _number(record.ready),
         _number(record.desired) + ("" if record.reason is None else f" ({record.reason})"),
@@ -63,10 +55,12 @@ def row(record: WorkloadRecord, now: float) -> tuple[str, ...]:
     )
 
 
-def table(records: dict[str, WorkloadRecord], now: float | None = None) -> str:
+def table(records: dict[str, WorkloadRecord], now: float | None = None, wide: bool = False) -> str:
+    """The rows under a header; ``wide`` adds the cold start and the owner (or shadow) columns."""
     moment = time.time() if now is None else now
-    rows = [COLUMNS] + [row(records[key], moment) for key in sorted(records)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    width = len(COLUMNS) + (len(WIDE) if wide else 0)
+    rows = [(*COLUMNS, *WIDE)[:width]] + [row(records[key], moment)[:width] for key in sorted(records)]
+    widths = [max(len(r[i]) for r in rows) for i in range(width)]
     return "\n".join(
         "   ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)).rstrip() for r in rows
     )

@@ -1,4 +1,4 @@
-"""The policy file (CONTRACT.md): strict models, loading, validation with field paths, and deciders.
+"""The policy file (docs/contract.md): strict models, loading, validation with field paths, and deciders.
 
 A file is YAML or JSON. Every problem is reported with its field path, all at once, so that a user can
 fix a file in one pass; ``load_policy_file`` raises :class:`PolicyFileError` holding them.
@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BeforeValidator, Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 
 from policies import registry
 from policies.base import Policy, WorkloadContext
 from policies.behavior import BehaviorState
 from policies.pipeline import WorkloadDecider
-from policies.spec import Behavior, Duration, Fallback, MetricSpec, StrictModel, parse_duration
+from policies.spec import DURATION_SCHEMA, Behavior, Duration, Fallback, MetricSpec, StrictModel, parse_duration
 
 DEFAULT_COLD_START_SECONDS = 300
 # Metric names with a built-in default query (autoscaler.metrics.queries); any other needs a `query`.
@@ -40,7 +40,16 @@ def _cold_start(value: Any) -> Any:
     return parse_duration(value)
 
 
-ColdStart = Annotated[int | Literal["auto"], BeforeValidator(_cold_start)]
+ColdStart = Annotated[
+    int | Literal["auto"],
+    BeforeValidator(_cold_start),
+    WithJsonSchema(
+        {
+            "anyOf": [*DURATION_SCHEMA["anyOf"], {"const": "auto"}],
+            "description": "seconds, a duration, or auto (measured)",
+        }
+    ),
+]
 
 
 class TargetRef(StrictModel):

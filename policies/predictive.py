@@ -39,9 +39,9 @@ fleet sizes tells the gain.
 
 With ``learnHeadroom`` the headroom is blended with one learned from the demand's own rises within a
 horizon (``RiseHistory``, ``blended_headroom``): recorded days whose load rises slowly need far less than
-the default, a day of rare surges more; off by default (README, "One trace is one sample").
+the default, a day of rare surges more; off by default (docs/findings.md, "One trace is one sample").
 
-Measured on recorded traces (README, "Simulation"): minute-level LLM load mostly wanders and steps, so
+Measured on recorded traces (docs/simulation.md): minute-level LLM load mostly wanders and steps, so
 the SLO is decided by headroom, and a trend is worth extrapolating only on sustained ramps.
 """
 
@@ -100,7 +100,7 @@ class PredictiveParams(StrictModel):
         description="with learnHeadroom: how long a rise is remembered",
     )
     # At two to four replicas the 10 % band is finer than one replica, and at a light load the one-minute
-    # signals' noise crossed it every few minutes (README, "Policies").
+    # signals' noise crossed it every few minutes (docs/policy-file.md, "Policies").
     min_rise_replicas: float = Field(
         default=0.5,
         alias="minRiseReplicas",
@@ -226,7 +226,7 @@ class PredictivePolicy:
         serves, and the longer a step the headroom did not absorb keeps requests waiting, each of them
         spending the SLO's miss budget. Below a horizon of 150 s (0.41) it shrinks no further: what the
         fleet must absorb there is the noise of the one-minute signals themselves, which a faster start
-        does not shorten. Measured (README, "Simulation"): with cold starts of 60 and 120 s it meets the
+        does not shorten. Measured (docs/simulation.md): with cold starts of 60 and 120 s it meets the
         SLO wherever 0.6 did, at 7 to 14 % fewer GPU-hours; without the floor, a trace of long prompts at
         60 s missed it (0.35: 0.989), and in proportion to the horizon so did the built-in day."""
         prior = self.prior_headroom
@@ -247,7 +247,7 @@ class PredictivePolicy:
         rises span. The learned part is scaled as the prior is scaled from the horizon's default (a headroom
         raised for a 99.9 % target raises it too) and held within [0, 2 x prior].
 
-        Measured (README, "One trace is one sample"): on recorded days whose load rises slowly the default
+        Measured (docs/findings.md, "One trace is one sample"): on recorded days whose load rises slowly the default
         0.6 holds replicas for surges the day never has; on the matrix's day-long and longer traces the
         blend took 2 to 10 % off the GPU-hours at the SLO, and with a prior of 4 hours it missed the SLO on
         a two-day trace whose rare surges the 90th percentile does not see."""

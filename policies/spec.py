@@ -11,7 +11,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 _DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m(?!s))?\s*(?:(\d+)s)?\s*$")
 
@@ -37,7 +37,14 @@ def parse_duration(value: Any) -> Any:
     return value
 
 
-Duration = Annotated[int, BeforeValidator(parse_duration)]
+DURATION_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0},
+        {"type": "string", "pattern": _DURATION.pattern},
+    ],
+    "description": "seconds, or a duration such as '90s', '5m', '1h30m', '7d'",
+}
+Duration = Annotated[int, BeforeValidator(parse_duration), WithJsonSchema(DURATION_SCHEMA)]
 
 
 class StrictModel(BaseModel):

@@ -1,6 +1,6 @@
 """A policy judged on a set of traces, not on one: ``python -m simulations.matrix`` (from the repository root).
 
-One trace is one sample (README, "One trace is one sample"): a default that meets the SLO by a few requests
+One trace is one sample (docs/findings.md, "One trace is one sample"): a default that meets the SLO by a few requests
 on the built-in day misses it on the next day of the same traffic. This benchmark runs, on every scenario of
 a set, the built-in workload's default ``predictive`` and a variant of it (``--set key=value``, the policy
 block's parameters, as in a policy file; ``--behavior JSON``, the workload's behavior), against the fixed

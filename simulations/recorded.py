@@ -1,4 +1,4 @@
-"""The recorded-metrics file (CONTRACT.md): ``timestamp,workload,metric,value`` in long format.
+"""The recorded-metrics file (docs/contract.md): ``timestamp,workload,metric,value`` in long format.
 
 ``replay`` reads it and ``record`` writes it. Reading is strict and names the line of the first bad row:
 a user feeding a day of production data must know exactly which row to look at.

@@ -31,7 +31,7 @@ def _gauge(scrape: Scrape | None, value: Callable[[Scrape], float]) -> float | N
 
 
 def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
-    """The value of a built-in metric name of CONTRACT.md, as its default query would return it."""
+    """The value of a built-in metric name of docs/contract.md, as its default query would return it."""
     if name == "num_requests_waiting":
         return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.waiting)
     if name == "num_requests_running":

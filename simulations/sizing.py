@@ -5,11 +5,11 @@ The built-in targets (``compare.builtin_document``) are sized for requests of th
 distribution under an SLO of 2 s on time to first token beyond a request's own prefill. Other requests
 sustain other rates (``builtin_shares``). A tighter SLO leaves less room for queueing, by how much
 depends on everything that delays a first token: the prompts' lengths, the prefill throughput, the
-decode batch that shares each engine step. No formula in one of them fits (measured, README
-"Simulation": scaling the targets with the SLO alone over-provisioned fast GPUs and short prompts; with
-the SLO over the mean prompt's prefill, missed the SLO where big decode batches slow the engine). So the
-replica model itself is asked: the load ``LOAD_TEST_REPLICAS`` fixed replicas carry within the user's SLO and within
-the reference one, on the same arrivals scaled in time (common random numbers).
+decode batch that shares each engine step. No formula in one of them fits (measured, docs/simulation.md:
+scaling the targets with the SLO alone over-provisioned fast GPUs and short prompts; with the SLO over the
+mean prompt's prefill, missed the SLO where big decode batches slow the engine). So the replica model itself
+is asked: the load ``LOAD_TEST_REPLICAS`` fixed replicas carry within the user's SLO and within the
+reference one, on the same arrivals scaled in time (common random numbers).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ POOLED_REPLICAS = 3 * LOAD_TEST_REPLICAS  # the larger fleet of the pooling test
 # Per doubling. The load test's steady arrivals measured up to 0.27 (long prompts on a slow prefill), but a
 # fleet that runs that much hotter meets bursts at the knee of its queue: a 4x-prompt hour measured 0.22,
 # and with it predictive's attainment fell from 0.989 to 0.971 (at 0.1, 0.987), where the Azure hour and
-# the built-in day, measured at 0.10, lost 0.002-0.003 (README, "Simulation").
+# the built-in day, measured at 0.10, lost 0.002-0.003 (docs/simulation.md).
 MOST_POOLING_GAIN = 0.1
 POOLING_STEPS = 5  # to 0.003 of gain
 TIGHTER_STEPS = 6  # the tighter SLO's search, below the reference's rate: to 1.6 % of it
@@ -178,7 +178,7 @@ def replica_slack(model: ReplicaModel, slo_ttft: float, slo_target: float, own_r
 
     A replica whose prefill is slow takes the SLO's time in a prompt or two: 600 prompt tokens/s prefill
     the mean prompt in 1.9 s of a 2 s SLO, and 8 such replicas sustain 0.40 of the target where the
-    built-in ones sustain 0.83 (README, "Simulation"). ``own_rate``: the rate ``model``'s load test of the
+    built-in ones sustain 0.83 (docs/simulation.md). ``own_rate``: the rate ``model``'s load test of the
     built-in lengths sustains under the SLO, if ``builtin_shares`` has already found it."""
     reference = model.model_copy(update={name: ReplicaModel.model_fields[name].default for name in SERVING_FIELDS})
     if reference == model:
@@ -197,7 +197,7 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     under it over the rate it sustains under the reference, on the trace's requests.
 
     The square root, not the ratio: a fleet pools its load over more replicas than the load test, and
-    holds headroom besides. Measured (README, "Simulation") on the built-in day, the Azure hour, a 3-hour
+    holds headroom besides. Measured (docs/simulation.md) on the built-in day, the Azure hour, a 3-hour
     ramp, a 4x-prompt hour and an H100-like replica at SLOs of 0.25 to 1.5 s, and at a 99.9 % target: a
     share about the ratio itself over-provisioned (0.5 on the built-in day at 1 s, whose ratio is 0.49:
     170 GPU-h, against 134 at its square root); the square root met the SLO in 14 of the 18 runs, where
@@ -209,7 +209,7 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     A slow replica makes any SLO tighter, and so it is sized: the ratio above is taken times
     ``replica_slack`` where that is below 1 (``replica``, its root, is reported). With 600 prompt tokens/s
     default ``predictive`` missed the SLO on the built-in day and the Azure hour where fixed fleets met it
-    (0.976-0.978); with the share it meets them (README, "Simulation"). A fast replica keeps the targets:
+    (0.976-0.978); with the share it meets them (docs/simulation.md). A fast replica keeps the targets:
     scaled up by its slack, the built-in day's surges found it at saturation (0.958-0.988).
 
     ``mix``: the prompt-token target is half the prefill throughput for requests of the built-in length
@@ -220,8 +220,8 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     root of the trace's rate over the built-in distribution's, less the load test's own spread
     (``MIX_SPREAD``), at most ``MOST_MIX_RATIO``'s root.
     The running target needs no such share: it is already sized for the trace's mean request (on both
-    targets, the share took a long-output hour from 20.2 to 25.0 GPU-h for nothing). Measured (README,
-    "Simulation"): predictive now meets the SLO on a 4x-prompt hour at 2 and 1.5 s, which it missed, and
+    targets, the share took a long-output hour from 20.2 to 25.0 GPU-h for nothing). Measured
+    (docs/simulation.md): predictive now meets the SLO on a 4x-prompt hour at 2 and 1.5 s, which it missed, and
     undercuts static-best on a code-like hour, which it did not, and no run of 34 fell from either.
     """
     if not load_test_needed(trace, slo_ttft, slo_target, model):
@@ -295,7 +295,7 @@ def headroom_scale(slo_target: float) -> float:
     The headroom absorbs the bursts no replica starts fast enough to meet; the target sets how many of
     their requests may miss. A higher target leaves fewer to miss, a lower one more, and the rises a
     headroom must cover are taken as roughly normal. The policy itself does not know the SLO, so this is
-    the built-in workload's, sized as a user would size theirs. Measured (README, "Simulation"): with the
+    the built-in workload's, sized as a user would size theirs. Measured (docs/simulation.md): with the
     99 % headroom, predictive missed the built-in day at 99.5 % (0.994) and at 99.9 % (0.998; 0.998 with a
     600 s cold start) and a 3-hour ramp at 99.9 % (0.998), where fixed fleets met them; scaled, it meets
     the three days under static-best's cost and misses the ramp by less (0.9989), and the Azure hour at

@@ -1,5 +1,6 @@
-"""deploy/ and the Dockerfile: every manifest validates offline against the Kubernetes schemas, overlays
-render, RBAC has no wildcards, the image runs as non-root, the vLLM workload drains on scale-down."""
+"""deploy/ and the Dockerfile, offline: every manifest validates against the Kubernetes schemas, overlays
+render with the real `kubectl kustomize`, RBAC has no wildcards, the image runs as non-root, the vLLM
+workload drains."""
 
 from __future__ import annotations
 

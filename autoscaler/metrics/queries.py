@@ -1,4 +1,4 @@
-"""The default PromQL of each built-in metric name, selecting a Deployment's pods (CONTRACT.md)."""
+"""The default PromQL of each built-in metric name, selecting a Deployment's pods (docs/contract.md)."""
 
 from __future__ import annotations
 
