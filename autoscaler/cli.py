@@ -96,6 +96,17 @@ def _seed(text: str) -> int:
     return int(text)
 
 
+def _no_plotting(plot: str | None) -> str | None:
+    """Why ``--plot`` cannot be drawn (matplotlib is the ``[sim]`` extra), said before the work; None if it can."""
+    if not plot:
+        return None
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "--plot needs matplotlib: pip install 'vllm-autoscaler[sim]'"
+    return None
+
+
 def _write_failed(exc: OSError, path: str | None) -> int:
     """An output that passed ``_unwritable`` and still failed (a full disk, a vanished folder): one line,
     exit 1, whatever was already printed kept."""
@@ -142,7 +153,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     document = _load(args.config)
     if document is None:
         return EXIT_BAD_INPUT
-    if problem := _unwritable(args.out, args.plot):
+    if problem := _unwritable(args.out, args.plot) or _no_plotting(args.plot):
         _error(problem)
         return EXIT_BAD_INPUT
     try:
@@ -211,7 +222,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.cold_start is not None and args.cold_start < 0:
         _error("--cold-start must be a number of seconds, 0 or more")
         return EXIT_BAD_INPUT
-    if problem := _unwritable(args.out, args.plot, args.write_config):
+    if problem := _unwritable(args.out, args.plot, args.write_config) or _no_plotting(args.plot):
         _error(problem)
         return EXIT_BAD_INPUT
     try:

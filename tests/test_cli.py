@@ -1,0 +1,36 @@
+"""The command line's edges: arguments checked before any work, durations in flags, plots without the extra."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from autoscaler.cli import build_parser, main
+
+
+def test_an_unknown_policy_type_is_refused_before_any_load_test(capsys: pytest.CaptureFixture[str]) -> None:
+    started = time.monotonic()
+    assert main(["simulate", "--policy", "foo"]) == 2
+    assert time.monotonic() - started < 2.0
+    assert "unknown policy type 'foo'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("300", 300.0), ("5m", 300.0), ("1h30m", 5400.0), ("0.5", 0.5)])
+def test_flags_take_seconds_as_the_file_does(text: str, seconds: float) -> None:
+    args = build_parser().parse_args(["simulate", "--cold-start", text])
+    assert args.cold_start == seconds
+
+
+def test_a_bad_duration_flag_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--cold-start", "5 minutes"]) == 2
+    assert "not seconds or a duration" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_says_which_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the [sim] extra were not installed
+    assert main(["simulate", "--plot", f"{tmp_path}/p.png"]) == 2
+    assert "vllm-autoscaler[sim]" in capsys.readouterr().err
