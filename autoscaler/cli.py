@@ -420,7 +420,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _error(str(exc))
         return EXIT_BAD_INPUT
-    return run_daemon(args.config, document, settings, args.once)
+    from kubernetes.config import ConfigException
+
+    try:
+        return run_daemon(args.config, document, settings, args.once)
+    except ConfigException as exc:
+        _error(f"no cluster to talk to: {exc} (run in a Pod, give --kubeconfig, or set KUBECONFIG)")
+        return EXIT_FAILED
+    except OSError as exc:  # the API server unreachable at start (a refused or dropped connection)
+        _error(f"cannot reach the Kubernetes API: {str(exc).splitlines()[0][:200]}")
+        return EXIT_FAILED
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -483,6 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Autoscale vLLM Deployments on vLLM's own Prometheus metrics.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check a policy file; print each problem with its field path")
@@ -595,4 +605,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C during a long simulate, replay or record: no traceback
         _error("interrupted")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except Exception as exc:
+        if args.debug:
+            raise
+        detail = str(exc).splitlines()[0][:300] if str(exc) else ""
+        _error(f"internal error: {type(exc).__name__}: {detail} (--debug shows the traceback)")
+        return EXIT_FAILED
     return result

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from policies.policy_file import PolicyFile, PrometheusConfig
@@ -22,7 +22,7 @@ class Settings(BaseSettings):
     prometheus_ca_file: str | None = None
     prometheus_insecure_skip_verify: bool | None = None
     log_format: Literal["json", "console"] = "json"
-    log_level: str = "info"
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     metrics_port: int = Field(default=8080, ge=0, le=65535)
     health_port: int | None = Field(default=None, ge=0, le=65535)
     bind_address: str = "0.0.0.0"
@@ -36,6 +36,11 @@ class Settings(BaseSettings):
     kubeconfig: str | None = None
     api_timeout_s: float = Field(default=10.0, gt=0)
     identity: str | None = None
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
 
     def prometheus(self, document: PolicyFile) -> PrometheusConfig:
         """The file's ``prometheus`` block with every setting from the environment (or a flag) on top."""

@@ -34,3 +34,37 @@ def test_plot_without_matplotlib_says_which_extra(
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the [sim] extra were not installed
     assert main(["simulate", "--plot", f"{tmp_path}/p.png"]) == 2
     assert "vllm-autoscaler[sim]" in capsys.readouterr().err
+
+
+def test_run_without_a_cluster_is_one_line_and_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    policy = Path(str(tmp_path)) / "policy.yaml"
+    policy.write_text((Path(__file__).resolve().parents[1] / "deploy/examples/policies/threshold.yaml").read_text())
+    monkeypatch.setenv("KUBECONFIG", str(Path(str(tmp_path)) / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["run", "--config", str(policy), "--once", "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert "no cluster to talk to" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_bad_log_level_is_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("VLLM_AUTOSCALER_LOG_LEVEL", "verbose")
+    assert main(["run", "--config", "whatever.yaml", "--once"]) == 2
+    assert "log_level" in capsys.readouterr().err
+
+
+def test_a_broken_pipe_ends_quietly() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        f"{sys.executable} -m autoscaler validate --print-schema | head -c 10",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
