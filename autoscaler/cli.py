@@ -6,6 +6,8 @@ import argparse
 import json
 import math
 import os
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -16,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from autoscaler import __version__
-from policies.policy_file import PolicyFile, PolicyFileError, json_schema, load_policy_file, parse_policy_document
+from policies.policy_file import (
+    PolicyFile,
+    PolicyFileError,
+    json_schema,
+    load_policy_file,
+    parse_policy_document,
+    parse_policy_text,
+)
 from policies.registry import policy_class
 from policies.spec import parse_duration
 from simulations.recorded import RecordedMetricsError, read_ticks
@@ -124,6 +133,53 @@ def _load(path: str) -> PolicyFile | None:
         return None
 
 
+def _field(node: Any, key: str) -> Any:
+    """The value node under ``key`` of a YAML mapping node (None if absent or not a mapping)."""
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    return next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+
+
+def _policy_texts(path: str) -> list[tuple[str, str, int]]:
+    """Each policy that what a user applies holds, as ``(source, text, line offset)``: a policy file as it
+    is; a ConfigMap (or a file of several documents) by each ``data`` key that holds a policy; a kustomize
+    directory by the ConfigMaps ``kubectl kustomize`` renders. Raises ``PolicyFileError`` if unreadable."""
+    folder = Path(path)
+    if folder.is_dir():
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            raise PolicyFileError(path, ["(file): a kustomize directory needs kubectl to render it"])
+        done = subprocess.run([kubectl, "kustomize", path], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise PolicyFileError(path, [f"(file): kubectl kustomize failed: {done.stderr.strip()[:300]}"])
+        text, offsets = done.stdout, False
+    else:
+        try:
+            text = folder.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyFileError(path, [f"(file): cannot read: {exc}"]) from None
+        offsets = True
+    try:
+        nodes = [n for n in yaml.compose_all(text) if n is not None]
+    except yaml.YAMLError:
+        return [(path, text, 0)]  # let the policy parser word the syntax error
+    found: list[tuple[str, str, int]] = []
+    objects = [node for node in nodes if _field(node, "kind") is not None]
+    for node in objects:
+        data = _field(node, "data")
+        if getattr(_field(node, "kind"), "value", None) != "ConfigMap" or not isinstance(data, yaml.MappingNode):
+            continue
+        name = getattr(_field(_field(node, "metadata"), "name"), "value", "?")
+        for key, value in data.value:
+            body = getattr(value, "value", "")
+            if isinstance(body, str) and (key.value.endswith((".yaml", ".yml", ".json")) or "workloads" in body):
+                offset = (value.start_mark.line + (1 if value.style in ("|", ">") else 0)) if offsets else 0
+                found.append((f"{path}: ConfigMap {name}, {key.value}", body, offset))
+    if objects and not found:
+        raise PolicyFileError(path, ["(file): no ConfigMap here holds a policy (a data key ending .yaml or .json)"])
+    return found or [(path, text, 0)]
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     if args.print_schema:
         print(json.dumps(json_schema(), indent=2))
@@ -132,19 +188,45 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _error("validate needs --config FILE (or --print-schema)")
         return EXIT_BAD_INPUT
     try:
-        document = load_policy_file(args.config)
+        policies = _policy_texts(args.config)
     except PolicyFileError as exc:
-        for problem in exc.problems:
-            print(problem)
+        print("\n".join(exc.problems))
         print(f"{exc.source}: {len(exc.problems)} problem(s)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    for workload in document.workloads:
-        print(
-            f"{workload.key}: {workload.policy_type}, {workload.min_replicas}-{workload.max_replicas} replicas, "
-            f"metrics {', '.join(m.name for m in workload.metrics)}"
-        )
-    print(f"{args.config}: valid")
-    return EXIT_OK
+    failed = 0
+    report: list[dict[str, Any]] = []
+    for source, text, offset in policies:
+        try:
+            document = parse_policy_text(text, source, offset)
+        except PolicyFileError as exc:
+            failed += 1
+            report.append({"source": source, "valid": False, "problems": exc.problems})
+            if args.output != "json":
+                for problem in exc.problems:
+                    print(f"{source}: {problem}" if len(policies) > 1 else problem)
+                print(f"{source}: {len(exc.problems)} problem(s)", file=sys.stderr)
+            continue
+        workloads = [
+            {
+                "workload": w.key,
+                "policy": w.policy_type,
+                "minReplicas": w.min_replicas,
+                "maxReplicas": w.max_replicas,
+                "metrics": [m.name for m in w.metrics],
+            }
+            for w in document.workloads
+        ]
+        report.append({"source": source, "valid": True, "workloads": workloads})
+        if args.output != "json":
+            for w in document.workloads:
+                print(
+                    f"{w.key}: {w.policy_type}, {w.min_replicas}-{w.max_replicas} replicas, "
+                    f"metrics {', '.join(m.name for m in w.metrics)}"
+                )
+            print(f"{source}: valid")
+    if args.output == "json":
+        print(json.dumps({"valid": failed == 0, "policies": report}, indent=2))
+    return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -498,6 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a policy file; print each problem with its field path")
     p.add_argument("--config", metavar="FILE")
     p.add_argument("--print-schema", action="store_true", help="print the policy file's JSON Schema and exit")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("replay", help="open-loop replay of recorded metrics through the decision code")

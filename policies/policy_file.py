@@ -6,7 +6,10 @@ fix a file in one pass; ``load_policy_file`` raises :class:`PolicyFileError` hol
 
 from __future__ import annotations
 
+import difflib
+import functools
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -147,14 +150,66 @@ def format_loc(loc: tuple[Any, ...]) -> str:
     return path or "(file)"
 
 
+@functools.cache
+def _known_keys() -> set[str]:
+    """Every key a policy file may hold anywhere (each model's aliases), for "did you mean"."""
+    keys: set[str] = set()
+    schema = json_schema()
+    for model in [schema, *schema.get("$defs", {}).values()]:
+        keys.update(model.get("properties", {}))
+        for variant in model.get("anyOf", []) + model.get("oneOf", []):
+            keys.update(variant.get("properties", {}))
+    return keys
+
+
 def _problems(error: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
     lines = []
     for item in error.errors(include_url=False):
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "missing":
             message = "required field is missing"
+        elif item["type"] == "extra_forbidden" and item["loc"]:
+            close = difflib.get_close_matches(str(item["loc"][-1]), sorted(_known_keys()), n=1, cutoff=0.75)
+            message = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")
         lines.append(f"{format_loc(prefix + tuple(item['loc']))}: {message}")
     return list(dict.fromkeys(lines))
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def line_of(text: str, path: str, offset: int = 0) -> int | None:
+    """The line (1-based, plus ``offset``) of the YAML node at a problem's field path, or None."""
+    try:
+        node: Any = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for key, index in _PATH_PART.findall(path):
+        if node is None:
+            break
+        if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+            node = node.value[int(index)]
+        elif key and isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if getattr(k, "value", None) == key), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line, match[1]
+            continue
+        else:
+            break
+        line = node.start_mark.line
+    return None if line is None else line + 1 + offset
+
+
+def with_lines(problems: list[str], text: str, offset: int = 0) -> list[str]:
+    """Each problem with the line its field path points at, where the text has one."""
+    out = []
+    for problem in problems:
+        path = problem.split(": ", 1)[0]
+        line = line_of(text, path, offset) if path != "(file)" else None
+        out.append(problem if line is None or "line " in problem else f"{problem} (line {line})")
+    return out
 
 
 def _workload_problems(index: int, raw: dict[str, Any], interval: Any) -> list[str]:
@@ -233,7 +288,8 @@ def parse_policy_document(data: Any, source: str = "<policy>") -> PolicyFile:
     return document
 
 
-def parse_policy_text(text: str, source: str = "<policy>") -> PolicyFile:
+def parse_policy_text(text: str, source: str = "<policy>", line_offset: int = 0) -> PolicyFile:
+    """``line_offset``: where ``text`` starts in its file (a ConfigMap's data block), so lines point there."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -241,7 +297,10 @@ def parse_policy_text(text: str, source: str = "<policy>") -> PolicyFile:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise PolicyFileError(source, [f"(file): {where}not valid YAML or JSON: {problem}"]) from None
-    return parse_policy_document(data, source)
+    try:
+        return parse_policy_document(data, source)
+    except PolicyFileError as exc:
+        raise PolicyFileError(source, with_lines(exc.problems, text, line_offset)) from None
 
 
 def load_policy_file(path: str | Path) -> PolicyFile:

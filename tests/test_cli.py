@@ -68,3 +68,34 @@ def test_a_broken_pipe_ends_quietly() -> None:
         timeout=60,
     )
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("what", ["deploy/controller", "deploy/overlays/production", "deploy/overlays/dry-run"])
+def test_validate_takes_what_users_apply(what: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if __import__("shutil").which("kubectl") is None:
+        pytest.skip("kubectl renders the kustomize directory")
+    assert main(["validate", "--config", str(ROOT / what)]) == 0
+    assert "ConfigMap vllm-autoscaler-policy, policy.yaml: valid" in capsys.readouterr().out
+
+
+def test_validate_a_configmap_names_the_line_and_the_key_a_typo_meant(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+    from pathlib import Path
+
+    configmap = Path(str(tmp_path)) / "cm.yaml"
+    configmap.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: p}\ndata:\n  policy.yaml: |\n    workloads:\n"
+        "      - target: {namespace: llm, name: vllm}\n        maxReplica: 8\n        metrics:\n"
+        "          - {name: num_requests_waiting, target: {type: AverageValue, value: 2}}\n"
+    )
+    assert main(["validate", "--config", str(configmap)]) == 2
+    out = capsys.readouterr().out
+    assert "workloads[0].maxReplica: unknown key; did you mean 'maxReplicas'? (line 8)" in out
+    assert main(["validate", "--config", str(configmap), "-o", "json"]) == 2
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["valid"] is False and len(shown["policies"][0]["problems"]) == 2
