@@ -80,7 +80,7 @@ def _problems(document: dict[str, object]) -> list[str]:
         ({"minReplicas": 0}, "workloads[0].minReplicas: Input should be greater than or equal to 1"),
         ({"minReplicas": 5, "maxReplicas": 3}, "workloads[0].minReplicas: must not exceed maxReplicas (5 > 3)"),
         ({"metrics": []}, "workloads[0].metrics: List should have at least 1 item after validation, not 0"),
-        ({"surprise": 1}, "workloads[0].surprise: Extra inputs are not permitted"),
+        ({"surprise": 1}, "workloads[0].surprise: unknown key"),
         (
             {"behavior": {"scaleDown": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 1801}]}}},
             "workloads[0].behavior.scaleDown.policies[0].periodSeconds: Input should be less than or equal to 1800",
@@ -118,7 +118,7 @@ def _problems(document: dict[str, object]) -> list[str]:
             {"policy": {"type": "magic"}},
             "workloads[0].policy.type: unknown policy type 'magic'; known: pid, predictive, threshold",
         ),
-        ({"policy": {"type": "pid", "kq": 1}}, "workloads[0].policy.kq: Extra inputs are not permitted"),
+        ({"policy": {"type": "pid", "kq": 1}}, "workloads[0].policy.kq: unknown key"),
         (
             {"policy": {"type": "predictive", "headroom": -1}},
             "workloads[0].policy.headroom: Input should be greater than or equal to -0.75",
