@@ -555,7 +555,7 @@ def cmd_import_keda(args: argparse.Namespace) -> int:
 
     try:
         text = sys.stdin.read() if args.scaledobject == "-" else Path(args.scaledobject).read_text(encoding="utf-8")
-        conversion = merge(convert_text(text))
+        conversion = merge(convert_text(text, args.as_is))
     except (OSError, UnicodeDecodeError) as exc:
         _error(f"{args.scaledobject}: cannot read: {exc}")
         return EXIT_BAD_INPUT
@@ -668,6 +668,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("import-keda", help="print the policy file equivalent to a KEDA ScaledObject")
     p.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml", help="a file, or - for standard input")
+    p.add_argument(
+        "--as-is",
+        action="store_true",
+        help="keep KEDA's semantics, mistakes included (for a side-by-side shadow run); default: corrected",
+    )
     p.set_defaults(func=cmd_import_keda)
 
     return parser

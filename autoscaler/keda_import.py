@@ -25,9 +25,56 @@ class KedaImportError(ValueError):
 class Conversion:
     policy: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    corrections: dict[str, list[str]] = field(default_factory=dict)  # metric name: what was changed and why
 
     def yaml(self) -> str:
-        return yaml.safe_dump(self.policy, sort_keys=False, default_flow_style=None, width=110)
+        """The policy file, each correction as a comment above the metric it changed, the warnings on top
+        (so ``> policy.yaml`` keeps them)."""
+        text = yaml.safe_dump(self.policy, sort_keys=False, default_flow_style=None, width=110)
+        lines = text.splitlines()
+        for name, notes in self.corrections.items():
+            at = next((i for i, line in enumerate(lines) if line.strip() == f"- name: {name}"), None)
+            if at is None:
+                continue
+            indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+            lines[at:at] = [f"{indent}# import-keda corrected: {note}" for note in notes]
+        head = [f"# import-keda: {w}" for w in self.warnings]
+        return "\n".join([*head, *lines]) + "\n"
+
+
+def _closing(text: str, start: int) -> int | None:
+    """The index of the parenthesis closing the one at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return None
+
+
+def fleet_total(query: str) -> str | None:
+    """A per-pod average's fleet total: ``avg(X)`` and ``avg by (...) (X)`` become ``sum(X)``,
+    ``sum(X) / count(Y)`` becomes ``sum(X)``; None for a query of another shape (left as written)."""
+    text = query.strip()
+    average = re.match(r"(?is)avg\s*(?:(?:by|without)\s*\([^)]*\)\s*)?\(", text)
+    if average:
+        end = _closing(text, average.end() - 1)
+        if end == len(text) - 1:
+            return f"sum({text[average.end() : end].strip()})"
+        return None
+    ratio = re.match(r"(?is)sum\s*\(", text)
+    if ratio:
+        end = _closing(text, ratio.end() - 1)
+        rest = text[end + 1 :] if end is not None else ""
+        if end is not None and re.match(r"(?is)\s*/\s*count\s*\(", rest):
+            return text[: end + 1]
+    return None
+
+
+def _query_name(query: str) -> str | None:
+    """The vLLM metric a query reads, without the ``vllm:`` prefix (``num_requests_waiting``)."""
+    found = re.search(r"vllm:([A-Za-z_][A-Za-z0-9_]*)", query)
+    return found.group(1).removesuffix("_total").removesuffix("_bucket") if found else None
 
 
 def _metric_name(raw: str, index: int, taken: set[str]) -> str:
@@ -48,7 +95,10 @@ def _number(value: Any, what: str) -> float:
         raise KedaImportError(f"{what}: {value!r} is not a number") from None
 
 
-def convert(document: dict[str, Any]) -> Conversion:
+def convert(document: dict[str, Any], as_is: bool = False) -> Conversion:
+    """The ScaledObject as a policy file. By default the article's mistakes are corrected (a per-pod average
+    under ``AverageValue`` becomes the fleet total, a KV-cache fraction becomes a ``Value`` target), each
+    correction said; ``as_is`` keeps KEDA's semantics for a side-by-side shadow run."""
     if not isinstance(document, dict) or document.get("kind") != "ScaledObject":
         raise KedaImportError("expected a KEDA ScaledObject (kind: ScaledObject)")
     warnings: list[str] = []
@@ -84,6 +134,7 @@ def convert(document: dict[str, Any]) -> Conversion:
         )
 
     metrics: list[dict[str, Any]] = []
+    corrections: dict[str, list[str]] = {}
     servers: list[str] = []
     taken: set[str] = set()
     for index, trigger in enumerate(spec.get("triggers") or []):
@@ -106,7 +157,13 @@ def convert(document: dict[str, Any]) -> Conversion:
             continue
         if md.get("serverAddress"):
             servers.append(str(md["serverAddress"]))
-        for key in ("activationThreshold", "authModes", "namespace", "customHeaders", "unsafeSsl"):
+        for key in ("activationThreshold", "activationTargetQueryValue"):
+            if key in md:
+                warnings.append(
+                    f"{where}.metadata.{key} is not mapped: it decides KEDA's activation between 0 and 1 "
+                    "replicas, and this controller keeps at least minReplicas (1 or more)"
+                )
+        for key in ("authModes", "namespace", "customHeaders", "unsafeSsl"):
             if key in md:
                 warnings.append(
                     f"{where}.metadata.{key} is not mapped; set Prometheus access in the policy file's "
@@ -121,15 +178,36 @@ def convert(document: dict[str, Any]) -> Conversion:
                 "KEDA turned an empty result into 0 (ignoreNullValues); here it is 'no value', which "
                 "holds the count instead of scaling down during a Prometheus outage"
             )
-        metric_name = _metric_name(str(md.get("metricName") or trigger.get("name") or ""), index, taken)
-        if metric_type == "AverageValue" and PER_POD_AVERAGE.search(query):
+        metric_name = _metric_name(
+            str(_query_name(query) or md.get("metricName") or trigger.get("name") or ""), index, taken
+        )
+        notes: list[str] = []
+        if not as_is and metric_type == "AverageValue" and KV_METRIC.search(query) and threshold <= 1:
+            metric_type = "Value"
+            notes.append(
+                f"metricType Value, not AverageValue: a KV-cache usage fraction is a level; under AverageValue "
+                f"{threshold:g} the HPA proposed at most ceil(1 / {threshold:g}) replicas whatever the load"
+            )
+        elif not as_is and metric_type == "AverageValue" and PER_POD_AVERAGE.search(query):
+            total = fleet_total(query)
+            if total is not None:
+                notes.append(
+                    f"the query sums over pods ({total}) where KEDA's averaged per pod ({query}): under "
+                    f"AverageValue {threshold:g} the HPA divides the value by the target, so the average "
+                    "under-scaled by the replica count (4 pods with 8 waiting each kept 4 replicas, not 16)"
+                )
+                query = total
+        if notes:
+            corrections[metric_name] = notes
+            warnings.extend(f"{where} ({metric_name}) corrected: {note}" for note in notes)
+        elif metric_type == "AverageValue" and PER_POD_AVERAGE.search(query):
             warnings.append(
                 f"{where} ({metric_name}): the query averages per pod under an AverageValue target, so the HPA "
                 f"proposed ceil(average / {threshold:g}), not ceil(total / {threshold:g}): it under-scales by the "
                 "replica count (with 4 pods holding 8 waiting each it keeps 4 replicas where 16 were meant). "
                 "Query the total (sum) instead, or use metricType Value."
             )
-        if metric_type == "AverageValue" and KV_METRIC.search(query) and threshold <= 1:
+        if metric_type == "AverageValue" and KV_METRIC.search(query) and threshold <= 1 and not notes:
             warnings.append(
                 f"{where} ({metric_name}): a KV-cache usage fraction under an AverageValue target of {threshold:g} "
                 "proposes at most ceil(1 / threshold) replicas; a level like this wants metricType Value"
@@ -188,10 +266,10 @@ def convert(document: dict[str, Any]) -> Conversion:
         f"delete ScaledObject {namespace}/{name} (and its HPA keda-hpa-{name}) before running the "
         "controller: it refuses targets that another autoscaler owns"
     )
-    return Conversion(policy, warnings)
+    return Conversion(policy, warnings, corrections)
 
 
-def convert_text(text: str) -> list[Conversion]:
+def convert_text(text: str, as_is: bool = False) -> list[Conversion]:
     """Every ScaledObject in a YAML stream; other documents are skipped."""
     try:
         documents = [d for d in yaml.safe_load_all(text) if d]
@@ -200,7 +278,7 @@ def convert_text(text: str) -> list[Conversion]:
     objects = [d for d in documents if isinstance(d, dict) and d.get("kind") == "ScaledObject"]
     if not objects:
         raise KedaImportError("no ScaledObject in the input")
-    return [convert(d) for d in objects]
+    return [convert(d, as_is) for d in objects]
 
 
 def merge(conversions: list[Conversion]) -> Conversion:
@@ -209,5 +287,6 @@ def merge(conversions: list[Conversion]) -> Conversion:
     policy = dict(first.policy)
     policy["workloads"] = [w for c in conversions for w in c.policy["workloads"]]
     warnings = [w for c in conversions for w in c.warnings]
+    corrections = {k: v for c in conversions for k, v in c.corrections.items()}
     parse_policy_document(policy, "merged")
-    return Conversion(policy, warnings)
+    return Conversion(policy, warnings, corrections)

@@ -14,7 +14,7 @@ from policies.policy_file import parse_policy_document
 ARTICLE = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "keda-scaledobject-article.yaml"
 
 
-def test_the_articles_scaledobject(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_articles_scaledobject_is_corrected(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["import-keda", str(ARTICLE)]) == 0
     captured = capsys.readouterr()
     policy = parse_policy_document(yaml.safe_load(captured.out))
@@ -22,19 +22,65 @@ def test_the_articles_scaledobject(capsys: pytest.CaptureFixture[str]) -> None:
     assert workload.key == "llm-serving/vllm-llama3-70b"
     assert (workload.min_replicas, workload.max_replicas) == (2, 8)
     assert [(m.name, m.target.type.value, m.target.value) for m in workload.metrics] == [
-        ("vllm_num_requests_waiting", "AverageValue", 2.0),
-        ("vllm_gpu_cache_usage_perc", "AverageValue", 0.85),
+        ("num_requests_waiting", "AverageValue", 2.0),  # named from the query, not trigger_0
+        ("gpu_cache_usage_perc", "Value", 0.85),  # a level, as a Value target
     ]
+    assert workload.metrics[0].query == 'sum(vllm:num_requests_waiting{app="vllm-llama3-70b"})'  # the fleet total
+    behavior = workload.behavior.resolved()
+    assert behavior.down_window == 600 and behavior.down.policies[0].value == 25  # type: ignore[index]
+    assert str(policy.prometheus.url) == "http://prometheus-k8s.monitoring.svc.cluster.local:9090"
+    lines = captured.out.splitlines()
+    at = lines.index("  - name: num_requests_waiting")
+    assert lines[at - 1].startswith("  # import-keda corrected: the query sums over pods")
+    assert "# import-keda corrected: metricType Value" in captured.out
+    assert "corrected: the query sums over pods" in captured.err and "cooldownPeriod is not mapped" in captured.err
+    written = tmp_path / "policy.yaml"
+    written.write_text(captured.out)
+    assert main(["validate", "--config", str(written)]) == 0
+
+
+def test_as_is_keeps_kedas_semantics(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import-keda", "--as-is", str(ARTICLE)]) == 0
+    captured = capsys.readouterr()
+    workload = parse_policy_document(yaml.safe_load(captured.out)).workloads[0]
+    assert [m.target.type.value for m in workload.metrics] == ["AverageValue", "AverageValue"]
     assert workload.metrics[0].query == (
         'sum(vllm:num_requests_waiting{app="vllm-llama3-70b"}) / '
         'count(vllm:num_requests_waiting{app="vllm-llama3-70b"})'
     )
-    behavior = workload.behavior.resolved()
-    assert behavior.down_window == 600 and behavior.down.policies[0].value == 25  # type: ignore[index]
-    assert str(policy.prometheus.url) == "http://prometheus-k8s.monitoring.svc.cluster.local:9090"
     assert "under-scales by the replica count" in captured.err
     assert "wants metricType Value" in captured.err
-    assert "cooldownPeriod is not mapped" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("query", "total"),
+    [
+        ("avg(vllm:num_requests_waiting{a='b'})", "sum(vllm:num_requests_waiting{a='b'})"),
+        ("avg by (pod) (vllm:num_requests_waiting)", "sum(vllm:num_requests_waiting)"),
+        ("sum(rate(x[1m])) / count(up)", "sum(rate(x[1m]))"),
+        ("avg(x) * 2", None),
+        ("max(x)", None),
+    ],
+)
+def test_a_per_pod_average_becomes_the_fleet_total(query: str, total: str | None) -> None:
+    from autoscaler.keda_import import fleet_total
+
+    assert fleet_total(query) == total
+
+
+def test_activation_is_not_answered_with_an_authentication_hint() -> None:
+    _, warnings = _one("""
+kind: ScaledObject
+metadata: {name: x, namespace: y}
+spec:
+  scaleTargetRef: {name: z}
+  minReplicaCount: 1
+  triggers:
+  - type: prometheus
+    metadata: {query: 'sum(vllm:num_requests_waiting)', threshold: '4', activationThreshold: '1'}
+""")
+    activation = [w for w in warnings if "activationThreshold" in w]
+    assert activation and "activation between 0 and 1" in activation[0] and "prometheus" not in activation[0]
 
 
 def _one(text: str) -> tuple[dict, list[str]]:  # type: ignore[type-arg]
@@ -84,7 +130,7 @@ spec:
   - type: prometheus
     metadata: {query: 'avg by (pod) (vllm:num_requests_waiting)', threshold: '4', serverAddress: 'http://p:9090'}
 """)
-    assert any("under-scales by the replica count" in w for w in warnings)
+    assert any("corrected: the query sums over pods (sum(vllm:num_requests_waiting))" in w for w in warnings)
     assert any("minReplicaCount 0" in w for w in warnings)
 
 
