@@ -72,9 +72,11 @@ def _finite(text: str) -> float:
 def _seconds(text: str) -> float:
     """A flag's seconds, in the policy file's syntax: a number (``300``, ``0.5``) or a duration (``5m``)."""
     try:
-        return _finite(text)
-    except argparse.ArgumentTypeError:
+        float(text)
+    except ValueError:
         pass
+    else:
+        return _finite(text)
     try:
         return float(parse_duration(text))
     except ValueError:

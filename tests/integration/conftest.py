@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 import yaml
 from kubernetes import client
 
@@ -26,13 +25,6 @@ def unavailable(exc: Unavailable) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{exc}: CI needs it")
     pytest.skip(str(exc))
-
-
-@pytest.fixture(autouse=True)
-def _reset_logging() -> Iterator[None]:
-    """``run`` configures structlog for the process; put the test default back afterwards."""
-    yield
-    structlog.reset_defaults()
 
 
 @pytest.fixture
