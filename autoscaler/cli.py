@@ -232,7 +232,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from simulations.replay import check_names, plot_decisions, replay, write_decisions
+    from simulations.replay import check_names, plot_decisions, replay, scale_events, write_decisions
 
     document = _load(args.config)
     if document is None:
@@ -259,9 +259,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             plot_decisions(args.plot, document, rows)
     except OSError as exc:
         return _write_failed(exc, written)
-    changes = sum(1 for r in rows if r.decision.changes)
+    changes = scale_events(rows)
     print(
-        f"replayed {len(ticks)} ticks for {len(document.workloads)} workload(s): {changes} scale changes",
+        f"replayed {len(ticks)} ticks for {len(document.workloads)} workload(s): {changes} scale events",
         file=sys.stderr,
     )
     return EXIT_OK
@@ -306,7 +306,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.cold_start is not None and args.cold_start < 0:
         _error("--cold-start must be a number of seconds, 0 or more")
         return EXIT_BAD_INPUT
-    if problem := _unwritable(args.out, args.plot, args.write_config) or _no_plotting(args.plot):
+    if problem := _unwritable(args.out, args.plot, args.write_config, args.record_metrics) or _no_plotting(args.plot):
         _error(problem)
         return EXIT_BAD_INPUT
     try:
@@ -352,6 +352,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if args.plot:
             written = args.plot
             reporting.plot(args.plot, comparison)
+        if args.record_metrics:
+            written = args.record_metrics
+            assert document is not None
+            _record_simulated(args.record_metrics, document, comparison)
         if args.write_config:
             written = args.write_config
             assert document is not None  # the file's, or the built-in one
@@ -359,6 +363,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _write_failed(exc, written)
     return EXIT_OK
+
+
+SIMULATED_START = 1_767_225_600.0  # 2026-01-01T00:00:00Z: recorded stamps of a simulated run start here
+
+
+def _record_simulated(path: str, document: PolicyFile, comparison: Comparison) -> None:
+    """``simulate --record-metrics``: the fleet run once more under the workload's own policy, its metrics
+    tick by tick written as ``record`` would have read them, for ``replay``."""
+    from simulations.compare import policy_contender
+    from simulations.recorded import observed_rows, write_rows
+    from simulations.runner import run
+
+    contender = policy_contender(document, comparison.workload, comparison.model)
+    contender.observed = []
+    run(comparison.trace, comparison.model, contender, comparison.initial_replicas, comparison.slo_ttft, False)
+    rows = observed_rows(comparison.workload.key, contender.observed, SIMULATED_START)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        count = write_rows(handle, rows)
+    print(f"vllm-autoscaler: wrote {count} rows of {len(contender.observed)} ticks to {path}", file=sys.stderr)
 
 
 def _write_config(
@@ -626,6 +649,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="POLICY.yaml",
         help="write the policy file of the cheapest policy that met the SLO, with the setting it ran with "
         "(tuned, with --tune), for `run`; exit 1 and write nothing if none met it",
+    )
+    p.add_argument(
+        "--record-metrics",
+        metavar="RECORDED.csv",
+        help="also write the simulated fleet's metrics under the workload's own policy, tick by tick, as "
+        "`record` writes them (for `replay`)",
     )
     p.add_argument(
         "--time-scale",

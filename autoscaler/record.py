@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.queries import metric_queries, replicas_query
+from autoscaler.metrics.queries import metric_queries, replicas_query, spec_replicas_query
 from autoscaler.metrics.source import Failure, MetricSource
 from policies.policy_file import PolicyFile
-from simulations.recorded import REPLICAS, write_rows
+from simulations.recorded import READY_REPLICAS, REPLICAS, write_rows
 
 log = get_logger("autoscaler.record")
 PROMETHEUS_FAILURES = {Failure.HTTP_ERROR, Failure.TIMEOUT, Failure.UNREACHABLE, Failure.BAD_RESPONSE}
@@ -30,7 +30,8 @@ def record(
     rows: list[tuple[float, str, str, float]] = []
     for workload in document.workloads:
         wanted = dict(metric_queries(workload))
-        wanted[REPLICAS] = replicas_query(workload)
+        wanted[REPLICAS] = spec_replicas_query(workload)  # what was asked for: replay decides from it
+        wanted[READY_REPLICAS] = replicas_query(workload)
         for name, query in wanted.items():
             series = source.query_range(query, start, end, step)
             where = f"{workload.key} {name}"
@@ -49,7 +50,8 @@ def record(
                 )
                 continue
             for stamp, value in series.samples:
-                rows.append((stamp, workload.key, name, float(round(value)) if name == REPLICAS else value))
+                whole = name in (REPLICAS, READY_REPLICAS)
+                rows.append((stamp, workload.key, name, float(round(value)) if whole else value))
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
     outcome.rows = write_rows(out, rows)
     return outcome

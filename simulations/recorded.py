@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TextIO
 
 HEADER = ["timestamp", "workload", "metric", "value"]
-REPLICAS = "replicas"
+REPLICAS = "replicas"  # the target's spec.replicas: the count asked for
+READY_REPLICAS = "ready_replicas"  # how many of them were ready
 
 
 class RecordedMetricsError(ValueError):
@@ -118,3 +119,17 @@ def write_rows(handle: TextIO, rows: Iterable[tuple[float, str, str, float]]) ->
         writer.writerow([format_timestamp(stamp), workload, metric, repr(float(value))])
         count += 1
     return count
+
+
+def observed_rows(
+    workload: str, observed: Iterable[tuple[float, int, int, dict[str, float | None]]], start: float
+) -> list[tuple[float, str, str, float]]:
+    """A simulated fleet's ticks as recorded-metrics rows (``start`` is the first tick's Unix time): what
+    ``record`` would have read from Prometheus had the fleet been real."""
+    rows = []
+    for now, replicas, ready, metrics in observed:
+        stamp = start + now
+        rows.append((stamp, workload, REPLICAS, float(replicas)))
+        rows.append((stamp, workload, READY_REPLICAS, float(ready)))
+        rows += [(stamp, workload, name, value) for name, value in metrics.items() if value is not None]
+    return rows

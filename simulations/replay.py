@@ -10,7 +10,7 @@ from typing import TextIO
 from policies.base import Observation
 from policies.pipeline import Decision
 from policies.policy_file import PolicyFile
-from simulations.recorded import REPLICAS, RecordedMetricsError, Tick, format_timestamp
+from simulations.recorded import READY_REPLICAS, REPLICAS, RecordedMetricsError, Tick
 
 DECISION_HEADER = [
     "timestamp",
@@ -32,7 +32,7 @@ class ReplayRow:
 
 def check_names(policy: PolicyFile, ticks: list[Tick], label: str) -> None:
     """Every row must name a workload of the policy file and one of its metrics (or ``replicas``)."""
-    known = {w.key: {m.name for m in w.metrics} | {REPLICAS} for w in policy.workloads}
+    known = {w.key: {m.name for m in w.metrics} | {REPLICAS, READY_REPLICAS} for w in policy.workloads}
     for tick in ticks:
         for (workload, metric), line in tick.lines.items():
             if workload not in known:
@@ -45,8 +45,8 @@ def check_names(policy: PolicyFile, ticks: list[Tick], label: str) -> None:
                     f"expected one of {', '.join(sorted(known[workload]))}"
                 )
             value = tick.values[workload][metric]
-            if metric == REPLICAS and (value is None or value < 0 or not float(value).is_integer()):
-                raise RecordedMetricsError(f"{label}:{line}: replicas must be a whole number >= 0, not {value}")
+            if metric in (REPLICAS, READY_REPLICAS) and (value is None or value < 0 or not float(value).is_integer()):
+                raise RecordedMetricsError(f"{label}:{line}: {metric} must be a whole number >= 0, not {value}")
 
 
 def replay(policy: PolicyFile, ticks: list[Tick]) -> list[ReplayRow]:
@@ -60,13 +60,29 @@ def replay(policy: PolicyFile, ticks: list[Tick]) -> list[ReplayRow]:
             recorded = tick.values.get(workload.key, {})
             observed = recorded.get(REPLICAS)
             count = int(observed) if observed is not None else current[workload.key]
+            ready = recorded.get(READY_REPLICAS)
             metrics = {m.name: recorded.get(m.name) for m in workload.metrics}
             decider = deciders[workload.key]
-            decision = decider.decide(Observation(tick.timestamp, count, metrics))
+            decision = decider.decide(
+                Observation(tick.timestamp, count, metrics, None if ready is None else int(ready))
+            )
             decider.applied(decision)
             current[workload.key] = decision.desired
             rows.append(ReplayRow(tick.label, workload.key, decision, metrics))
     return rows
+
+
+def scale_events(rows: list[ReplayRow]) -> int:
+    """The writes the daemon would have made: each time a workload's decided count moves from the count
+    it held (the recorded one at first, then its own), not every tick where it differs from the recording."""
+    held: dict[str, int] = {}
+    events = 0
+    for row in rows:
+        before = held.get(row.workload, row.decision.current)
+        if row.decision.desired != before:
+            events += 1
+        held[row.workload] = row.decision.desired
+    return events
 
 
 def write_decisions(handle: TextIO, rows: list[ReplayRow]) -> None:
@@ -78,32 +94,41 @@ def write_decisions(handle: TextIO, rows: list[ReplayRow]) -> None:
 
 
 def plot_decisions(path: str | Path, policy: PolicyFile, rows: list[ReplayRow]) -> None:
-    """One panel per workload: each metric (right axis) and current, recommended, desired replicas."""
+    """Per workload, a panel of current, recommended and desired replicas, then one panel per metric, each
+    on its own axis (a KV fraction and a queue length share no scale), over wall-clock time (UTC)."""
+    import datetime
+
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
-    keys = [w.key for w in policy.workloads]
-    fig, axes = plt.subplots(len(keys), 1, figsize=(11, 3.6 * len(keys)), squeeze=False, sharex=True)
-    for ax, key in zip(axes[:, 0], keys, strict=True):
+    panels: list[tuple[str, str | None]] = []
+    for workload in policy.workloads:
+        panels.append((workload.key, None))
+        panels += [(workload.key, m.name) for m in workload.metrics]
+    heights = [3.0 if metric is None else 1.6 for _, metric in panels]
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(11, sum(heights) + 0.6), squeeze=False, sharex=True, height_ratios=heights
+    )
+    for ax, (key, metric) in zip(axes[:, 0], panels, strict=True):
         mine = [r for r in rows if r.workload == key]
-        times = [r.decision.now for r in mine]
-        start = times[0] if times else 0.0
-        minutes = [(t - start) / 60 for t in times]
-        for attr, style in (("current", ":"), ("recommended", "--"), ("desired", "-")):
-            ax.step(minutes, [getattr(r.decision, attr) for r in mine], style, where="post", label=f"{attr} replicas")
-        ax.set_ylabel("replicas")
-        ax.set_title(f"{key}  (t0 = {format_timestamp(start)})")
-        right = ax.twinx()
-        for name in mine[0].metrics if mine else []:
-            values = [r.metrics.get(name) for r in mine]
-            right.plot(minutes, [float("nan") if v is None else v for v in values], alpha=0.45, label=name)
-        right.set_ylabel("metric value")
-        lines, labels = ax.get_legend_handles_labels()
-        more, more_labels = right.get_legend_handles_labels()
-        ax.legend(lines + more, labels + more_labels, loc="upper left", fontsize="small")
-    axes[-1, 0].set_xlabel("minutes")
+        times = [datetime.datetime.fromtimestamp(r.decision.now, tz=datetime.UTC) for r in mine]
+        if metric is None:
+            for attr, style in (("current", ":"), ("recommended", "--"), ("desired", "-")):
+                ax.step(times, [getattr(r.decision, attr) for r in mine], style, where="post", label=f"{attr}")
+            ax.set_ylabel("replicas")
+            ax.set_title(key)
+            ax.legend(loc="upper left", fontsize="small")
+        else:
+            values = [r.metrics.get(metric) for r in mine]
+            ax.plot(times, [float("nan") if v is None else v for v in values], color="tab:purple", lw=1)
+            ax.set_ylabel(metric, fontsize="small", rotation=0, ha="right", va="center")
+    stamp = mdates.DateFormatter("%Y-%m-%d %H:%M", tz=datetime.UTC)  # type: ignore[no-untyped-call]
+    axes[-1, 0].xaxis.set_major_formatter(stamp)
+    axes[-1, 0].set_xlabel("time (UTC)")
+    fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

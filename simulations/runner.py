@@ -88,6 +88,8 @@ class Contender:
     signals: Signals | None = None
     static: int | None = None
     tuned: dict[str, float] | None = None
+    # When a list: each tick's (time, spec replicas, ready replicas, metrics) as the policy saw them.
+    observed: list[tuple[float, int, int, dict[str, float | None]]] | None = None
 
     def settings(self) -> dict[str, Any] | None:
         """The policy block the decider runs, with any defaults the policy works out (``resolved``)."""
@@ -108,6 +110,8 @@ class Contender:
             return self.static
         assert self.decider is not None and self.signals is not None
         observation = Observation(now, fleet.spec_replicas, self.signals(fleet, now), fleet.ready_replicas(now))
+        if self.observed is not None:
+            self.observed.append((now, fleet.spec_replicas, fleet.ready_replicas(now), dict(observation.metrics)))
         decision = self.decider.decide(observation)
         self.decider.applied(decision)
         return decision.desired

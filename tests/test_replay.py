@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli import main
-from policies.policy_file import parse_policy_document
+from policies.policy_file import load_policy_file, parse_policy_document
 from simulations.recorded import RecordedMetricsError, read_ticks
 from simulations.replay import check_names, replay
 from tests.helpers import workload_doc
@@ -153,3 +153,35 @@ def test_replay_api_is_deterministic() -> None:
     first = [(r.decision.desired, r.decision.reason) for r in replay(document, ticks)]
     second = [(r.decision.desired, r.decision.reason) for r in replay(document, ticks)]
     assert first == second and len(first) == 240
+
+
+def test_scale_events_count_the_writes_the_daemon_would_make() -> None:
+    """Recorded at 2 throughout while the policy wants 6: one write, then the daemon holds its own 6; not a
+    'change' at every tick where the decision differs from the recording."""
+    from simulations.replay import scale_events
+
+    doc = parse_policy_document(workload_doc(behavior={"scaleUp": {"stabilizationWindowSeconds": 0}}))
+    key = doc.workloads[0].key
+    text = "timestamp,workload,metric,value\n" + "".join(
+        f"{t},{key},replicas,2\n{t},{key},num_requests_waiting,12\n" for t in range(0, 150, 15)
+    )
+    path = Path(__import__("tempfile").mkdtemp()) / "r.csv"
+    path.write_text(text)  # (a unit test: no fixture needed for one small file)
+    rows = replay(doc, read_ticks(path))
+    assert sum(1 for r in rows if r.decision.changes) == 10
+    assert scale_events(rows) == 1
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "recorded"
+
+
+def test_the_shipped_recording_replays_and_is_what_simulate_writes(tmp_path: Path) -> None:
+    """deploy/examples/recorded/day.csv is generated (simulate --record-metrics), not hand-made."""
+    fresh = tmp_path / "day.csv"
+    policy = str(SAMPLE / "policy.yaml")
+    assert main(["simulate", "--config", policy, "--record-metrics", str(fresh)]) == 0
+    assert fresh.read_text() == (SAMPLE / "day.csv").read_text()
+    ticks = read_ticks(SAMPLE / "day.csv")
+    rows = replay(load_policy_file(SAMPLE / "policy.yaml"), ticks)
+    assert len(rows) == len(ticks) > 400
+    assert main(["replay", "--config", policy, "--metrics", str(fresh), "--out", str(tmp_path / "d.csv")]) == 0

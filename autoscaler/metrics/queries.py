@@ -88,6 +88,16 @@ def metric_queries(workload: Workload) -> dict[str, str]:
     return queries
 
 
+def spec_replicas_query(workload: Workload) -> str:
+    """The count the target asked for (``spec.replicas``), from kube-state-metrics."""
+    kind = "statefulset" if workload.target.kind == "StatefulSet" else "deployment"
+    metric = "kube_statefulset_replicas" if kind == "statefulset" else "kube_deployment_spec_replicas"
+    return (
+        f"max({metric}{{namespace={promql_string(workload.target.namespace)},"
+        f"{kind}={promql_string(workload.target.name)}}})"
+    )
+
+
 def replicas_query(workload: Workload) -> str:
     """The ready replica count, from kube-state-metrics unless the workload sets ``replicasQuery``."""
     if workload.replicas_query:

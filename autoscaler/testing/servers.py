@@ -153,9 +153,8 @@ class VllmExporter:
                 self.set("vllm:kv_cache_usage_perc", kv[i], **labels)
             if old_kv is not None:
                 self.set("vllm:gpu_cache_usage_perc", old_kv[i], **labels)
-        self.set(
-            "kube_deployment_status_replicas_ready", float(len(waiting)), namespace=namespace, deployment=deployment
-        )
+        for metric in ("kube_deployment_status_replicas_ready", "kube_deployment_spec_replicas"):
+            self.set(metric, float(len(waiting)), namespace=namespace, deployment=deployment)
 
     def render(self) -> str:
         with self.lock:

@@ -139,7 +139,10 @@ def test_prometheus_stopped_mid_run_holds_then_recovers(exporter: VllmExporter, 
 
 
 def test_record_then_replay(exporter: VllmExporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
+    """``replicas`` is the count asked for (spec: 5 while a scale-up starts) and ``ready_replicas`` the ready
+    one (3): replay decides from what was asked for, so it does not repeat a scale-up during a cold start."""
     exporter.set_pods(NS, NAME, waiting=[2, 4, 6], kv=[0.1, 0.2, 0.3])
+    exporter.set("kube_deployment_spec_replicas", 5.0, namespace=NS, deployment=NAME)
     document = _document(prometheus.url)
     observer = Observer(document, PrometheusSource(document.prometheus))
     wait_for(lambda: _collect(observer)["num_requests_waiting"] == 12, 30, "the values")
@@ -169,12 +172,17 @@ def test_record_then_replay(exporter: VllmExporter, prometheus: PrometheusServer
     for row in rows:
         assert row["workload"] == KEY
         by_metric.setdefault(row["metric"], set()).add(float(row["value"]))
-    assert by_metric == {"num_requests_waiting": {12.0}, "kv_cache_usage_perc": {0.3}, "replicas": {3.0}}
+    assert by_metric == {
+        "num_requests_waiting": {12.0},
+        "kv_cache_usage_perc": {0.3},
+        "replicas": {5.0},
+        "ready_replicas": {3.0},
+    }
     decisions = tmp_path / "decisions.csv"
     assert main(["replay", "--config", str(policy), "--metrics", str(recorded), "--out", str(decisions)]) == 0
     replayed = list(csv.DictReader(decisions.open()))
     assert len(replayed) == len({row["timestamp"] for row in rows}) >= 4
-    assert replayed[0]["current_replicas"] == "3" and replayed[0]["recommended_replicas"] == "6"
+    assert replayed[0]["current_replicas"] == "5" and replayed[0]["recommended_replicas"] == "6"
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, a file every write to fails")
