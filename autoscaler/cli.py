@@ -38,8 +38,16 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
 
 
+QUIET = {"on": False}  # -q: no notes, no progress; errors are always said
+
+
 def _error(message: str) -> None:
     print(f"vllm-autoscaler: {message}", file=sys.stderr)
+
+
+def _note(message: str) -> None:
+    if not QUIET["on"]:
+        print(f"vllm-autoscaler: note: {message}", file=sys.stderr)
 
 
 def _unwritable(*paths: str | None) -> str | None:
@@ -252,18 +260,32 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.out and args.out != "-":
             with open(args.out, "w", newline="", encoding="utf-8") as handle:
                 write_decisions(handle, rows)
-        else:
+        elif args.output != "json":
             write_decisions(sys.stdout, rows)
+        if args.output == "json":
+            decisions = [
+                {
+                    "timestamp": r.label,
+                    "workload": r.workload,
+                    "current_replicas": r.decision.current,
+                    "recommended_replicas": r.decision.recommended,
+                    "desired_replicas": r.decision.desired,
+                    "reason": r.decision.reason,
+                }
+                for r in rows
+            ]
+            summary = {"ticks": len(ticks), "scale_events": scale_events(rows), "decisions": decisions}
+            print(json.dumps(summary, indent=2))
         if args.plot:
             written = args.plot
             plot_decisions(args.plot, document, rows)
     except OSError as exc:
         return _write_failed(exc, written)
-    changes = scale_events(rows)
-    print(
-        f"replayed {len(ticks)} ticks for {len(document.workloads)} workload(s): {changes} scale events",
-        file=sys.stderr,
-    )
+    if not QUIET["on"]:
+        print(
+            f"replayed {len(ticks)} ticks for {len(document.workloads)} workload(s): {scale_events(rows)} scale events",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -274,7 +296,8 @@ class _StderrNote:
         self.continuing = False
 
     def __call__(self, text: str, end: str) -> None:
-        print(text if self.continuing else f"vllm-autoscaler: note: {text}", end=end, file=sys.stderr, flush=True)
+        if not QUIET["on"]:
+            print(text if self.continuing else f"vllm-autoscaler: note: {text}", end=end, file=sys.stderr, flush=True)
         self.continuing = end == ""
 
 
@@ -323,15 +346,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)
         if hint := long_run_hint(trace, model):
-            print(f"vllm-autoscaler: note: {hint}", file=sys.stderr)
+            _note(hint)
         types = list(dict.fromkeys(args.policy or ([workload.policy_type] if args.config else DEFAULT_POLICY_TYPES)))
         grow_to = None if args.config else BUILTIN_GROW_TO
-        comparison = compare(trace, model, document, types, args.slo_ttft, args.slo_target, args.tune, grow_to=grow_to)
+        comparison = compare(
+            trace,
+            model,
+            document,
+            types,
+            args.slo_ttft,
+            args.slo_target,
+            args.tune,
+            progress=not QUIET["on"],
+            grow_to=grow_to,
+        )
         if comparison.workload.max_replicas != workload.max_replicas:
-            print(
-                f"vllm-autoscaler: note: no fixed fleet of up to {workload.max_replicas} replicas met the SLO, so "
-                f"the built-in workload ran with maxReplicas {comparison.workload.max_replicas}",
-                file=sys.stderr,
+            _note(
+                f"no fixed fleet of up to {workload.max_replicas} replicas met the SLO, so "
+                f"the built-in workload ran with maxReplicas {comparison.workload.max_replicas}"
             )
             document = document.model_copy(update={"workloads": [comparison.workload]})
     except BrokenProcessPool:
@@ -343,8 +375,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     window = {} if args.window is None else {"window_s": list(args.window)}
     data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale, **window, **sizing})
-    print(reporting.table(data))
-    print(f"(simulated in {comparison.elapsed_s:.1f} s)", file=sys.stderr)
+    print(json.dumps(data, indent=2) if args.output == "json" else reporting.table(data))
+    if not QUIET["on"]:
+        print(f"(simulated in {comparison.elapsed_s:.1f} s)", file=sys.stderr)
     written = args.out
     try:
         if args.out:
@@ -599,7 +632,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Autoscale vLLM Deployments on vLLM's own Prometheus metrics.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        "--debug",
+        dest="debug",
+        action="store_true",
+        help="show the traceback of an unexpected error",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no notes and no progress on standard error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check a policy file; print each problem with its field path")
@@ -613,6 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", required=True, metavar="RECORDED.csv")
     p.add_argument("--out", metavar="DECISIONS.csv", help="default: standard output")
     p.add_argument("--plot", metavar="FILE.png")
+    p.add_argument("-o", "--output", choices=["csv", "json"], default="csv", help="standard output's format")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("run", help="the controller daemon")
@@ -686,6 +728,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replica", action="append", default=[], metavar="KEY=VALUE", help="replica model parameter")
     p.add_argument("--rate-scale", type=_finite, default=1.0, help="multiply a rate file's rates")
     p.add_argument("--lengths-from", metavar="FILE", help="draw a rate file's request lengths from this trace")
+    p.add_argument(
+        "-o", "--output", choices=["table", "json"], default="table", help="json: the report, as --out writes it"
+    )
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("status", help="each workload's counts, metrics, last scale and cold start, from the cluster")
@@ -717,6 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT if exc.code not in (0, None) else EXIT_OK
     from policies.registry import broken_plugins
 
+    QUIET["on"] = bool(args.quiet)
     for name, error in broken_plugins().items():
         _error(f"warning: policy plug-in {name!r} failed to load, so type {name!r} is unavailable: {error}")
     try:

@@ -99,3 +99,23 @@ def test_validate_a_configmap_names_the_line_and_the_key_a_typo_meant(
     assert main(["validate", "--config", str(configmap), "-o", "json"]) == 2
     shown = json.loads(capsys.readouterr().out)
     assert shown["valid"] is False and len(shown["policies"][0]["problems"]) == 2
+
+
+def test_replay_output_json_parses_and_quiet_says_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    sample = ROOT / "deploy" / "examples" / "recorded"
+    args = ["replay", "--config", str(sample / "policy.yaml"), "--metrics", str(sample / "day.csv"), "-o", "json"]
+    assert main(["-q", *args]) == 0
+    captured = capsys.readouterr()
+    shown = json.loads(captured.out)
+    assert shown["ticks"] == len(shown["decisions"]) and shown["scale_events"] > 0
+    assert set(shown["decisions"][0]) == {
+        "timestamp",
+        "workload",
+        "current_replicas",
+        "recommended_replicas",
+        "desired_replicas",
+        "reason",
+    }
+    assert captured.err == ""
