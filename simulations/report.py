@@ -237,7 +237,12 @@ def plot(path: str | Path, comparison: Comparison) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (load, reps, ttft) = plt.subplots(3, 1, figsize=(12, 9), sharex=True)
+    fig = plt.figure(figsize=(12, 13))
+    grid = fig.add_gridspec(4, 1, height_ratios=[1, 1, 1, 1.3])
+    load = fig.add_subplot(grid[0])
+    reps = fig.add_subplot(grid[1], sharex=load)
+    ttft = fig.add_subplot(grid[2], sharex=load)
+    _cost_against_attainment(fig.add_subplot(grid[3]), comparison)
     first = comparison.results[0].timeline
     minutes = [t / 60 for t in first.get("t", [])]
     load.plot(minutes, first.get("arrivals", []), color="grey")
@@ -261,6 +266,47 @@ def plot(path: str | Path, comparison: Comparison) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _cost_against_attainment(ax: Any, comparison: Comparison) -> None:
+    """One point per policy: GPU-hours against SLO attainment, the target drawn, static-best and the oracle's
+    cost (a lower bound, not a policy) marked, so the cheapest policy that meets the SLO is the lowest
+    point right of the line."""
+    for result in comparison.results:
+        if result.policy.startswith("oracle") or result.abandoned:
+            continue
+        static = result.policy.startswith("static-best")
+        ax.scatter(
+            result.slo_attainment,
+            result.gpu_hours,
+            marker="s" if static else "o",
+            s=60,
+            color="black" if static else None,
+            zorder=3,
+        )
+        ax.annotate(
+            result.policy,
+            (result.slo_attainment, result.gpu_hours),
+            textcoords="offset points",
+            xytext=(6, 4),
+            fontsize="small",
+        )
+    if comparison.oracle_gpu_hours:
+        ax.axhline(comparison.oracle_gpu_hours, color="grey", linestyle="--", linewidth=1)
+        ax.annotate(
+            "oracle (lower bound)",
+            (ax.get_xlim()[0], comparison.oracle_gpu_hours),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize="small",
+            color="grey",
+        )
+    ax.axvline(comparison.slo_target, color="red", linestyle=":", linewidth=1)
+    ax.set_xlabel(
+        f"SLO attainment (share of requests within {comparison.slo_ttft:g} s; target {comparison.slo_target:g})"
+    )
+    ax.set_ylabel("GPU-hours")
+    ax.grid(alpha=0.3)
 
 
 def dump(path: str | Path, data: dict[str, Any]) -> None:
