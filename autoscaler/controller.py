@@ -11,17 +11,20 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from autoscaler.actuators.base import (
+    CLAIMED_BY,
     PAUSED,
     PAUSED_REPLICAS,
     Actuator,
     ActuatorError,
+    Owner,
+    Ownership,
     ReadFailure,
     ScaleState,
     target_key,
@@ -67,12 +70,15 @@ class Controller:
         decision_clock: Callable[[], float] = time.monotonic,
         store: StateStore | None = None,
         source_factory: Callable[[PolicyFile], MetricSource] | None = None,
+        install: str | None = None,
     ) -> None:
         """``clock`` is the wall clock, for Prometheus's evaluation time; ``decision_clock`` times the
         behavior windows, rate limits and cold starts, and is monotonic so that a step of the wall clock
         cannot freeze or release them. ``store`` keeps the per-workload state in the cluster (written by
         the leader only, never in dry-run); ``source_factory`` builds a new metric source when a reloaded
-        policy changes its ``prometheus`` settings."""
+        policy changes its ``prometheus`` settings. ``install`` names this install of the controller (its
+        Lease's ``namespace/name``): it claims a target before its first write and leaves one another
+        install has claimed alone."""
         self.policy_path = Path(policy_path) if policy_path is not None else None
         self.source = source
         self.actuator = actuator
@@ -82,6 +88,7 @@ class Controller:
         self.elector = elector
         self.store = store
         self.source_factory = source_factory
+        self.install = install
         self.restored = False
         self.document = document
         self.observer = Observer(document, source)
@@ -162,6 +169,9 @@ class Controller:
             else:
                 runtime[workload.key] = WorkloadRuntime(workload, decider)
         removed = sorted(set(self.runtime) - set(runtime))
+        if self.install is not None and not self.actuator.dry_run and self.leading():
+            for key in removed:  # no longer this install's to scale: let another take it
+                self.actuator.release(self.runtime[key].workload.target, self.install)
         self.document, self.runtime = document, runtime
         self.observer = observer or Observer(document, self.source)
         log.info("policy-reloaded", workloads=sorted(runtime), removed=removed, interval=document.interval)
@@ -237,7 +247,7 @@ class Controller:
         self.telemetry.ready.labels(key).set(state.ready)
         self._track_cold_start(runtime, state, now)
 
-        refusal = self._ownership(runtime, line)
+        refusal = self._ownership(runtime, state, line)
         if refusal is not None:
             self.telemetry.decisions.labels(key, refusal).inc()
             return self._log(line, "warning")
@@ -263,7 +273,7 @@ class Controller:
         self._metrics_events(runtime, decision, metrics)
         return self._act(runtime, state, decision, line)
 
-    def _ownership(self, runtime: WorkloadRuntime, line: dict[str, Any]) -> str | None:
+    def _ownership(self, runtime: WorkloadRuntime, state: ScaleState, line: dict[str, Any]) -> str | None:
         """Why this workload must not be written (``owner-unknown``, ``foreign-autoscaler``), or None.
 
         Fail closed: an owner check that could not complete is no permission to write. In dry-run nothing is
@@ -271,6 +281,9 @@ class Controller:
         beside ours, for comparing before the switch."""
         target = runtime.workload.target
         ownership = self.actuator.owners(target)
+        claimant = state.annotations.get(CLAIMED_BY)
+        if claimant and claimant != self.install:
+            ownership = Ownership((*ownership.owners, Owner(f"vllm-autoscaler install {claimant}")), ownership.unknown)
         owners = [o.what for o in ownership.owners]
         if ownership.owners:
             line["owners"] = owners
@@ -333,6 +346,13 @@ class Controller:
         if self.actuator.dry_run:
             line["write"] = "dry-run"
             return self._log(line, event="would-scale")
+        if self.install is not None and state.annotations.get(CLAIMED_BY) != self.install:
+            claimed = self.actuator.claim(workload.target, state, self.install)
+            if not claimed.applied:  # not ours yet: no write; the next tick reads the target again
+                line.update(write=f"claim-{claimed.outcome}", detail=claimed.detail)
+                return self._log(line, "warning")
+            log.info("target-claimed", workload=key, claimant=self.install)
+            state = replace(state, resource_version=claimed.resource_version or state.resource_version)
         result = self.actuator.scale(workload.target, state, desired)
         line.update(write=result.outcome, attempts=result.attempts)
         self.telemetry.scale_writes.labels(key, result.outcome).inc()

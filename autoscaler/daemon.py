@@ -110,6 +110,7 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
         elector,
         store=store,
         source_factory=lambda reloaded: PrometheusSource(settings.prometheus(reloaded)),
+        install=f"{own_namespace(settings)}/{settings.lease_name}",
     )
     log.info(
         "starting",

@@ -95,9 +95,13 @@ def test_rbac_is_least_privilege_without_wildcards() -> None:
         for r in rule["resources"]
         for v in rule["verbs"]
     }
-    assert not any(
-        r in ("secrets", "pods", "deployments", "statefulsets") and v in ("create", "update", "patch", "delete")
-        for _, r, v in granted
+    assert not any(r in ("secrets", "pods") and v in ("create", "update", "patch", "delete") for _, r, v in granted)
+    assert not any(r in ("deployments", "statefulsets") and v in ("create", "update", "delete") for _, r, v in granted)
+    # patch on the objects themselves is for the claim annotation alone, which the admission policy enforces
+    policy = _documents(DEPLOY / "controller" / "claims-admission-policy.yaml")[0]
+    rules_matched = policy["spec"]["matchConstraints"]["resourceRules"][0]
+    assert (
+        set(rules_matched["resources"]) == {"deployments", "statefulsets"} and policy["spec"]["failurePolicy"] == "Fail"
     )
     assert {r["resources"][0] for r in rules["Role"]} == {"leases", "configmaps"}
     for rule in rules["Role"]:  # its own state ConfigMap, by name, and no other

@@ -10,6 +10,9 @@ from policies.policy_file import TargetRef
 
 PAUSED = "vllm-autoscaler.io/paused"
 PAUSED_REPLICAS = "vllm-autoscaler.io/paused-replicas"
+# Which install of this controller scales the target: taken before its first write, released when the
+# workload leaves that install's policy file; another install leaves a claimed target alone.
+CLAIMED_BY = "vllm-autoscaler.io/claimed-by"
 
 
 class ReadFailure(StrEnum):
@@ -41,6 +44,7 @@ class WriteResult:
     outcome: str  # applied, dry-run, changed-concurrently, conflict, forbidden, not-found, unavailable
     detail: str = ""
     attempts: int = 0
+    resource_version: str = ""  # the object's version after a write that changed it, where known
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,14 @@ class Actuator(Protocol):
 
     def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
         """Set ``spec.replicas`` through the scale subresource, only if nobody changed it since ``state``."""
+        ...
+
+    def claim(self, target: TargetRef, state: ScaleState, claimant: str) -> WriteResult:
+        """Annotate the target ``CLAIMED_BY: claimant``, only if it is still as read in ``state``."""
+        ...
+
+    def release(self, target: TargetRef, claimant: str) -> WriteResult:
+        """Remove the claim, only if it is still ``claimant``'s."""
         ...
 
     def owners(self, target: TargetRef) -> Ownership:

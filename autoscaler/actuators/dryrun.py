@@ -24,6 +24,12 @@ class DryRunActuator:
     def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
         return WriteResult(False, "dry-run", f"would scale from {state.replicas} to {replicas}")
 
+    def claim(self, target: TargetRef, state: ScaleState, claimant: str) -> WriteResult:
+        return WriteResult(False, "dry-run", f"would claim for {claimant}")
+
+    def release(self, target: TargetRef, claimant: str) -> WriteResult:
+        return WriteResult(False, "dry-run", f"would release {claimant}'s claim")
+
     def owners(self, target: TargetRef) -> Ownership:
         return self.reader.owners(target)
 

@@ -18,6 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from autoscaler.actuators.base import (
+    CLAIMED_BY,
     ActuatorError,
     Owner,
     Ownership,
@@ -31,6 +32,7 @@ from policies.policy_file import TargetRef
 
 log = get_logger("autoscaler.actuator")
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 RETRIABLE = {429, 500, 502, 503, 504}
 OWNER_CACHE_S = 60.0
 EVENT_AGGREGATE_S = 600.0  # client-go's aggregation window
@@ -224,6 +226,55 @@ class KubernetesActuator:
                 )
             version = str(fresh.metadata.resource_version)
         return WriteResult(False, "conflict", f"still conflicting after {attempts} attempts", attempts)
+
+    def _patch_object(self, target: TargetRef, body: Any, content_type: str) -> Any:
+        patch = (
+            self.apps.patch_namespaced_stateful_set
+            if target.kind == "StatefulSet"
+            else self.apps.patch_namespaced_deployment
+        )
+        return patch(
+            target.name,
+            target.namespace,
+            body,
+            _content_type=content_type,
+            _request_timeout=self.timeout,
+            _preload_content=False,
+        )
+
+    def claim(self, target: TargetRef, state: ScaleState, claimant: str) -> WriteResult:
+        """A merge patch of the claim annotation on the version read: atomic, since a 409 means someone
+        (perhaps another install) changed the object since, and the next tick reads it again. Fenced by the
+        Lease like every write. The shipped admission policy lets the controller change nothing else."""
+        body = {"metadata": {"resourceVersion": state.resource_version, "annotations": {CLAIMED_BY: claimant}}}
+        try:
+            answer = self._call("claim", lambda: self._patch_object(target, body, MERGE_PATCH), write=True)
+        except Fenced as exc:
+            return WriteResult(False, "not-leader", str(exc), 1)
+        except ApiException as exc:
+            return WriteResult(
+                False, "conflict" if exc.status == 409 else _write_failure(exc, 1).outcome, _short(exc), 1
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return WriteResult(False, "unavailable", str(exc)[:300], 1)
+        version = str(json.loads(answer.data).get("metadata", {}).get("resourceVersion", ""))
+        return WriteResult(True, "claimed", attempts=1, resource_version=version)
+
+    def release(self, target: TargetRef, claimant: str) -> WriteResult:
+        """A JSON patch that tests the claim is ``claimant``'s and removes it, in one atomic request."""
+        path = "/metadata/annotations/" + CLAIMED_BY.replace("~", "~0").replace("/", "~1")
+        body = [{"op": "test", "path": path, "value": claimant}, {"op": "remove", "path": path}]
+        try:
+            self._call("release", lambda: self._patch_object(target, body, JSON_PATCH), write=True)
+        except Fenced as exc:
+            return WriteResult(False, "not-leader", str(exc), 1)
+        except ApiException as exc:  # 422: the test failed (not ours any more), 404: the target is gone
+            return WriteResult(
+                False, _write_failure(exc, 1).outcome if exc.status != 422 else "not-ours", _short(exc), 1
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return WriteResult(False, "unavailable", str(exc)[:300], 1)
+        return WriteResult(True, "released", attempts=1)
 
     def owners(self, target: TargetRef) -> Ownership:
         owners, unknown = self._namespace_autoscalers(target.namespace)

@@ -694,3 +694,54 @@ def test_identical_events_are_aggregated_into_one(cluster: Cluster, loaded: Prom
         assert controller.tick()[0]["write"] == "forbidden"
     failed = [e for e in events(cluster) if e.reason == "FailedRescale"]
     assert len(failed) == 1 and failed[0].count == 5
+
+
+def test_two_installs_never_scale_one_target(cluster: Cluster, loaded: PrometheusServer) -> None:
+    """Install a claims the target with its first write; install b, which also lists it, leaves it alone
+    (a foreign autoscaler) until a drops the workload from its policy and gives the claim up."""
+    from autoscaler.actuators.base import CLAIMED_BY
+
+    cluster.deployment(NAME, 2)
+    api = api_client(str(cluster.kubeconfig()))
+
+    def install(name: str) -> Controller:
+        folder = cluster.workdir / name
+        folder.mkdir()
+        policy = folder / "policy.json"
+        policy.write_text(policy_text(loaded.url, cluster.namespace))
+        document = load_policy_file(policy)
+        return Controller(
+            policy,
+            document,
+            PrometheusSource(document.prometheus),
+            KubernetesActuator(api),
+            Telemetry(),
+            install=f"{cluster.namespace}/{name}",
+        )
+
+    first, second = install("a"), install("b")
+    assert first.tick()[0]["applied"]
+    deployment = client.AppsV1Api(cluster.admin).read_namespaced_deployment(NAME, cluster.namespace)
+    assert deployment.metadata.annotations[CLAIMED_BY] == f"{cluster.namespace}/a"
+    cluster.kube.set_replicas(cluster.namespace, NAME, 2)
+    line = second.tick()[0]
+    assert line["reason"] == "foreign-autoscaler" and line["owners"] == [
+        f"vllm-autoscaler install {cluster.namespace}/a"
+    ]
+    assert cluster.replicas(NAME) == 2
+    (cluster.workdir / "a" / "policy.json").write_text(
+        json.dumps(
+            {
+                "interval": 15,
+                "prometheus": {"url": loaded.url},
+                "workloads": [
+                    json.loads(policy_text(loaded.url, cluster.namespace))["workloads"][0]
+                    | {"target": {"namespace": cluster.namespace, "name": "other"}}
+                ],
+            }
+        )
+    )
+    first.tick()  # the reload drops the workload: a releases its claim
+    assert second.tick()[0]["applied"]
+    deployment = client.AppsV1Api(cluster.admin).read_namespaced_deployment(NAME, cluster.namespace)
+    assert deployment.metadata.annotations[CLAIMED_BY] == f"{cluster.namespace}/b"

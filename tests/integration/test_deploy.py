@@ -120,9 +120,12 @@ def prepare_targets(kube: KubeServer) -> None:
             SERVING, {"metadata": {"name": "vllm-hpa"}, "spec": {"scaleTargetRef": ref, "maxReplicas": 8}}
         )
     )
+    unclaimed = {"metadata": {"annotations": {"vllm-autoscaler.io/claimed-by": None}}}
     for name in (WORKLOAD, OWNED):
         apps.patch_namespaced_deployment_scale(name, SERVING, {"spec": {"replicas": 2}})
+        apps.patch_namespaced_deployment(name, SERVING, unclaimed)  # as a first install finds them
     apps.patch_namespaced_stateful_set_scale(STATEFUL, SERVING, {"spec": {"replicas": 2}})
+    apps.patch_namespaced_stateful_set(STATEFUL, SERVING, unclaimed)
     for delete in (  # a Lease or state left by an earlier run would hide the create this run must show
         lambda: client.CoordinationV1Api(admin).delete_namespaced_lease("vllm-autoscaler", CONTROLLER),
         lambda: client.CoreV1Api(admin).delete_namespaced_config_map("vllm-autoscaler-state", CONTROLLER),
@@ -208,6 +211,8 @@ def test_the_manifests_service_account_scales_with_least_privilege(
     assert refused == [], f"refused requests: {refused}"
     places = {(e.resource, e.namespace) for e in sent if e.writes}
     assert places <= {
+        ("deployments", SERVING),  # the claim annotation
+        ("statefulsets", SERVING),
         ("deployments/scale", SERVING),
         ("statefulsets/scale", SERVING),
         ("events", SERVING),
@@ -244,3 +249,26 @@ def test_a_users_overlay_for_dry_run_beside_keda(fresh: KubeServer, tmp_path: Pa
         text=True,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_admission_policy_lets_the_controller_change_only_its_claim(fresh: KubeServer, tmp_path: Path) -> None:
+    """RBAC grants patch on Deployments for the claim; the shipped ValidatingAdmissionPolicy refuses any other
+    change from the controller's ServiceAccount, on the real server."""
+    apply(fresh, DEPLOY / "overlays" / "production")
+    prepare_targets(fresh)
+    token = fresh.service_account_token(CONTROLLER, "vllm-autoscaler")
+    apps = client.AppsV1Api(fresh.api_for(token))
+    claim = {"metadata": {"annotations": {"vllm-autoscaler.io/claimed-by": "vllm-autoscaler/vllm-autoscaler"}}}
+    apps.patch_namespaced_deployment(WORKLOAD, SERVING, claim)
+    for change in (
+        {"spec": {"replicas": 7}},
+        {"spec": {"template": {"spec": {"containers": [{"name": "vllm-server", "image": "evil:latest"}]}}}},
+        {"metadata": {"labels": {"app": "other"}}},
+        {"metadata": {"annotations": {"prometheus.io/scrape": "false"}}},
+    ):
+        with pytest.raises(ApiException) as refused:
+            apps.patch_namespaced_deployment(WORKLOAD, SERVING, change)
+        assert refused.value.status in (403, 422) and "claim annotation" in str(refused.value.body)
+    apps.patch_namespaced_deployment(
+        WORKLOAD, SERVING, {"metadata": {"annotations": {"vllm-autoscaler.io/claimed-by": None}}}
+    )
