@@ -75,3 +75,30 @@ class Policy(Protocol):
     state: Any
 
     def recommend(self, observation: Observation) -> Proposal: ...
+
+
+def observed_metrics(
+    ctx: WorkloadContext, observation: Observation
+) -> tuple[list[tuple[MetricSpec, float]], list[str]]:
+    """The workload's metrics that have a usable value this tick, with it, and the names of those without."""
+    present: list[tuple[MetricSpec, float]] = []
+    missing: list[str] = []
+    for spec in ctx.metrics:
+        value = observation.value(spec.name)
+        if value is None:
+            missing.append(spec.name)
+        else:
+            present.append((spec, value))
+    return present, missing
+
+
+def missing_metric_hold(
+    proposed: int | None, current: int, missing: list[str], details: Mapping[str, Any]
+) -> Proposal | None:
+    """The HPA's missing-metric rule, written once as ``computeReplicasForMetrics`` writes it: with no value
+    at all, or with some missing and the rest proposing fewer replicas than now, hold (a proposal of None,
+    which leaves no trace in the windows); a missing metric never blocks a scale-up. None: go ahead.
+    Table-tested in tests/test_policies.py (test_missing_metrics_follow_the_hpa)."""
+    if proposed is None or (missing and proposed < current):
+        return Proposal(None, "metrics-unavailable", details)
+    return None

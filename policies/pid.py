@@ -37,7 +37,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from policies.base import Observation, Proposal, WorkloadContext
+from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
 from policies.replica_calculator import demand_in_replicas, metric_proposal
 from policies.spec import MetricSpec, StrictModel
 from policies.threshold import tolerance_for
@@ -112,22 +112,18 @@ class PIDPolicy:
     def recommend(self, observation: Observation) -> Proposal:
         current = observation.current_replicas
         proposals: dict[str, int] = {}
-        missing: list[str] = []
+        present, missing = observed_metrics(self.ctx, observation)
         details: dict[str, object] = {"proposals": proposals, "missing": missing}
-        for spec in self.ctx.metrics:
-            value = observation.value(spec.name)
-            if value is None:
-                missing.append(spec.name)
-            elif spec is self.primary:
+        for spec, value in present:
+            if spec is self.primary:
                 proposals[spec.name], details["error"] = self._step(observation, value)
                 details["output"] = self.state.output
             else:
                 proposals[spec.name] = metric_proposal(
                     spec, value, current, observation.capacity_basis, self.tolerance
                 ).replicas
-        if not proposals:
-            return Proposal(None, "metrics-unavailable", details)
-        best = max(proposals.values())
-        if missing and best < current:
-            return Proposal(None, "metrics-unavailable", details)
+        best = max(proposals.values(), default=None)
+        if (hold := missing_metric_hold(best, current, missing, details)) is not None:
+            return hold
+        assert best is not None  # a None proposal is always held
         return Proposal(best, "within-tolerance" if best == current else "steady", details)

@@ -19,20 +19,11 @@ from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 from policies import registry
 from policies.base import Policy, WorkloadContext
 from policies.behavior import BehaviorState
+from policies.metric_names import BUILTIN_METRIC_NAMES
 from policies.pipeline import WorkloadDecider
 from policies.spec import DURATION_SCHEMA, Behavior, Duration, Fallback, MetricSpec, StrictModel, parse_duration
 
 DEFAULT_COLD_START_SECONDS = 300
-# Metric names with a built-in default query (autoscaler.metrics.queries); any other needs a `query`.
-BUILTIN_METRIC_NAMES = (
-    "num_requests_waiting",
-    "num_requests_running",
-    "kv_cache_usage_perc",
-    "gpu_cache_usage_perc",
-    "time_to_first_token_p90_seconds",
-    "prompt_tokens_per_second",
-    "generation_tokens_per_second",
-)
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 

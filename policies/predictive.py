@@ -54,7 +54,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from policies.base import Observation, Proposal, WorkloadContext
+from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
 from policies.replica_calculator import demand_in_replicas
 from policies.rise_history import RiseHistory
 from policies.spec import StrictModel
@@ -282,14 +282,8 @@ class PredictivePolicy:
 
     def recommend(self, observation: Observation) -> Proposal:
         current = observation.current_replicas
-        demands: dict[str, float] = {}
-        missing: list[str] = []
-        for spec in self.ctx.metrics:
-            value = observation.value(spec.name)
-            if value is None:
-                missing.append(spec.name)
-            else:
-                demands[spec.name] = demand_in_replicas(spec, value, observation.capacity_basis)
+        present, missing = observed_metrics(self.ctx, observation)
+        demands = {spec.name: demand_in_replicas(spec, value, observation.capacity_basis) for spec, value in present}
         details: dict[str, object] = {"demand": demands, "missing": missing}
         if not demands:
             return Proposal(None, "metrics-unavailable", details)
@@ -311,6 +305,6 @@ class PredictivePolicy:
             replicas = current
         else:
             replicas = math.ceil(need - 1e-9)
-        if missing and replicas < current:
-            return Proposal(None, "metrics-unavailable", details)
+        if (hold := missing_metric_hold(replicas, current, missing, details)) is not None:
+            return hold
         return Proposal(replicas, "within-tolerance" if replicas == current else "steady", details)

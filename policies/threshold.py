@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from policies.base import Observation, Proposal, WorkloadContext
+from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
 from policies.replica_calculator import Tolerance, metric_proposal
 from policies.spec import StrictModel
 
@@ -30,22 +30,19 @@ def hpa_proposal(ctx: WorkloadContext, observation: Observation, tolerance: Tole
     """
     current = observation.current_replicas
     best: int | None = None
-    missing: list[str] = []
+    present, missing = observed_metrics(ctx, observation)
     per_metric: dict[str, int] = {}
     all_within = True
-    for spec in ctx.metrics:
-        value = observation.value(spec.name)
-        if value is None:
-            missing.append(spec.name)
-            continue
+    for spec, value in present:
         result = metric_proposal(spec, value, current, observation.capacity_basis, tolerance)
         per_metric[spec.name] = result.replicas
         all_within = all_within and result.within_tolerance
         if best is None or result.replicas > best:
             best = result.replicas
     details = {"proposals": per_metric, "missing": missing}
-    if best is None or (missing and best < current):
-        return Proposal(None, "metrics-unavailable", details)
+    if (hold := missing_metric_hold(best, current, missing, details)) is not None:
+        return hold
+    assert best is not None  # a None proposal is always held
     return Proposal(best, "within-tolerance" if all_within and best == current else "steady", details)
 
 

@@ -12,14 +12,13 @@ import numpy as np
 from pydantic import BaseModel
 
 from policies.base import Observation
+from policies.metric_names import KV_CACHE_ALIASES, described
 from policies.pipeline import WorkloadDecider
 from simulations.fleet import Fleet, Scrape, group_runs
 from simulations.replica_model import ReplicaModel
 from simulations.traces import Trace
 
 Signals = Callable[[Fleet, float], dict[str, float | None]]
-
-KV_NAMES = ("kv_cache_usage_perc", "gpu_cache_usage_perc")
 
 
 def _gauge(scrape: Scrape | None, value: Callable[[Scrape], float]) -> float | None:
@@ -36,7 +35,7 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
         return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.waiting)
     if name == "num_requests_running":
         return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.running)
-    if name in KV_NAMES:
+    if name in KV_CACHE_ALIASES:
         return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.kv_max)
     if name == "time_to_first_token_p90_seconds":
         return lambda f, now: s.ttft_p90 if (s := f.latest_scrape(now)) is not None else None
@@ -53,9 +52,7 @@ def signals_for(names: list[str]) -> Signals:
         getter = builtin_signal(name)
         if getter is None:
             raise ValueError(
-                f"the simulator cannot provide metric {name!r}: it serves the built-in names "
-                "num_requests_waiting, num_requests_running, kv_cache_usage_perc (gpu_cache_usage_perc), "
-                "time_to_first_token_p90_seconds, prompt_tokens_per_second, generation_tokens_per_second"
+                f"the simulator cannot provide metric {name!r}: it serves the built-in names {described()}"
             )
         getters[name] = getter
     return lambda fleet, now: {name: get(fleet, now) for name, get in getters.items()}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import re
 
-from policies.policy_file import BUILTIN_METRIC_NAMES, Workload
+from policies.metric_names import BUILTIN_METRIC_NAMES, canonical
+from policies.policy_file import Workload
 
-KV_CACHE_NAMES = ("kv_cache_usage_perc", "gpu_cache_usage_perc")
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 
@@ -146,7 +146,7 @@ def freshness_query(namespaces: list[str]) -> str:
 
 def batch_key(name: str) -> str:
     """Aliases share one batch."""
-    return "kv_cache_usage_perc" if name in KV_CACHE_NAMES else name
+    return canonical(name)
 
 
 def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:

@@ -1,0 +1,30 @@
+"""The built-in metric names: the one catalogue that the policy file's schema, the default PromQL queries
+(``autoscaler.metrics.queries``) and the simulated replicas' signals (``simulations.runner``) all read.
+
+A metric with one of these names may leave out its ``query``; any other name needs one (docs/contract.md).
+"""
+
+from __future__ import annotations
+
+KV_CACHE = "kv_cache_usage_perc"
+KV_CACHE_ALIASES = (KV_CACHE, "gpu_cache_usage_perc")  # vLLM before 0.12 named it gpu_cache_usage_perc
+
+BUILTIN_METRIC_NAMES = (
+    "num_requests_waiting",
+    "num_requests_running",
+    *KV_CACHE_ALIASES,
+    "time_to_first_token_p90_seconds",
+    "prompt_tokens_per_second",
+    "generation_tokens_per_second",
+)
+
+
+def canonical(name: str) -> str:
+    """The name an alias stands for (``gpu_cache_usage_perc`` is ``kv_cache_usage_perc``)."""
+    return KV_CACHE if name in KV_CACHE_ALIASES else name
+
+
+def described() -> str:
+    """The names as a list for a message: ``a, b, kv_cache_usage_perc (gpu_cache_usage_perc), ...``."""
+    names = [n for n in BUILTIN_METRIC_NAMES if canonical(n) == n]
+    return ", ".join(f"{n} ({', '.join(KV_CACHE_ALIASES[1:])})" if n == KV_CACHE else n for n in names)
