@@ -210,7 +210,10 @@ def test_forbidden_and_missing_targets(
     assert run_once(cluster, policy_text(loaded.url, cluster.namespace)) == 0
     assert any(e.get("reason") == "target-not-found" for e in log_lines(capsys))
     cluster.deployment(NAME, 2)
-    no_patch = [{**rule, "verbs": [v for v in rule["verbs"] if v != "patch"]} for rule in shipped_rules()]
+    no_patch = [  # every right but patching the scale subresource
+        {**rule, "verbs": [v for v in rule["verbs"] if v != "patch" or "deployments/scale" not in rule["resources"]]}
+        for rule in shipped_rules()
+    ]
     token = cluster.kube.service_account_token(cluster.namespace, "no-patch")
     cluster.kube.grant(cluster.namespace, (cluster.namespace, "no-patch"), no_patch, "no-patch")
     kubeconfig = cluster.kube.kubeconfig(cluster.workdir / "no-patch", token)
@@ -424,8 +427,12 @@ def test_the_daemon_serves_health_and_metrics_and_stops_on_sigterm(cluster: Clus
 
         wait_for(lambda: answers("/readyz") == 200, 30, "/readyz")
         assert answers("/healthz") == 200
-        metrics = requests.get(base + "/metrics", timeout=2).text
-        assert f'vllm_autoscaler_desired_replicas{{workload="{cluster.namespace}/{NAME}"}} 6.0' in metrics
+        desired = f'vllm_autoscaler_desired_replicas{{workload="{cluster.namespace}/{NAME}"}} 6.0'
+        metrics = wait_for(
+            lambda: (text := requests.get(base + "/metrics", timeout=2).text) if desired in text else None,
+            30,
+            "the decision in /metrics",
+        )
         assert "vllm_autoscaler_decisions_total" in metrics
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == 0
@@ -573,7 +580,7 @@ def test_sigterm_ends_a_write_retry_at_once(cluster: Cluster, loaded: Prometheus
         proxy.inject("PATCH", "/scale$", 503, times=None, retry_after=5)
         process = start_daemon(policy, cluster.kubeconfig(proxy.url), free_port(), cluster.workdir / "daemon.log")
         try:
-            wait_for(lambda: proxy.requests("PATCH"), 30, "the first scale PATCH")
+            wait_for(lambda: proxy.requests("PATCH", "/scale$"), 30, "the first scale PATCH")
             stopped = time.monotonic()
             process.send_signal(signal.SIGTERM)
             assert process.wait(20) == 0
@@ -582,7 +589,7 @@ def test_sigterm_ends_a_write_retry_at_once(cluster: Cluster, loaded: Prometheus
             if process.poll() is None:
                 process.kill()
                 process.wait(5)
-        assert len(proxy.requests("PATCH")) == 1
+        assert len(proxy.requests("PATCH", "/scale$")) == 1
     finally:
         proxy.close()
 
