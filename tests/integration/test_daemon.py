@@ -428,11 +428,12 @@ def test_the_daemon_serves_health_and_metrics_and_stops_on_sigterm(cluster: Clus
         wait_for(lambda: answers("/readyz") == 200, 30, "/readyz")
         assert answers("/healthz") == 200
         desired = f'vllm_autoscaler_desired_replicas{{workload="{cluster.namespace}/{NAME}"}} 6.0'
-        metrics = wait_for(
-            lambda: (text := requests.get(base + "/metrics", timeout=2).text) if desired in text else None,
-            30,
-            "the decision in /metrics",
-        )
+
+        def decided() -> str | None:
+            text = requests.get(base + "/metrics", timeout=2).text
+            return text if desired in text else None
+
+        metrics = wait_for(decided, 30, "the decision in /metrics")
         assert "vllm_autoscaler_decisions_total" in metrics
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == 0
