@@ -9,13 +9,10 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from autoscaler.actuators.base import (
     CLAIMED_BY,
@@ -41,8 +38,6 @@ from policies.pipeline import Decision, Reason, WorkloadDecider
 from policies.policy_file import PolicyFile, PolicyFileError, Workload, parse_policy_text
 
 log = get_logger("autoscaler.controller")
-COLD_START_SAMPLES = 20
-COLD_START_MIN_SAMPLES = 3
 
 
 @dataclass
@@ -50,7 +45,6 @@ class WorkloadRuntime:
     workload: Workload
     decider: WorkloadDecider
     pending_scale_up: tuple[float, int] | None = None
-    cold_starts: deque[float] = field(default_factory=lambda: deque(maxlen=COLD_START_SAMPLES))
     metrics_failing: bool = False
     refused_by: tuple[str, ...] = ()
     missing: bool = False
@@ -164,7 +158,6 @@ class Controller:
             decider = document.decider(workload, previous.decider if previous else None)
             if previous is not None:
                 previous.workload, previous.decider = workload, decider
-                self._apply_cold_starts(previous)  # a reload keeps what was measured
                 runtime[workload.key] = previous
             else:
                 runtime[workload.key] = WorkloadRuntime(workload, decider)
@@ -408,9 +401,8 @@ class Controller:
             return
         seconds = max(now - written_at, 0.0)
         runtime.pending_scale_up = None
-        runtime.cold_starts.append(seconds)
+        p90 = runtime.decider.cold_start_measured(seconds)
         self.telemetry.cold_start.labels(runtime.workload.key).observe(seconds)
-        p90 = self._apply_cold_starts(runtime)
         log.info(
             "cold-start-measured",
             workload=runtime.workload.key,
@@ -418,17 +410,6 @@ class Controller:
             replicas=count,
             p90_s=None if p90 is None else round(p90, 1),
         )
-
-    @staticmethod
-    def _apply_cold_starts(runtime: WorkloadRuntime) -> float | None:
-        """Under ``coldStartSeconds: auto``, decide with the 90th percentile of the measured cold starts once
-        there are enough of them; returns that percentile (None before)."""
-        if len(runtime.cold_starts) < COLD_START_MIN_SAMPLES:
-            return None
-        p90 = float(np.percentile(np.asarray(runtime.cold_starts), 90))
-        if runtime.workload.cold_start_seconds == "auto":
-            runtime.decider.set_cold_start(p90)
-        return p90
 
     # -- state kept in the cluster -------------------------------------------------------------------
 
@@ -449,8 +430,9 @@ class Controller:
             record = records.get(key)
             if record is None:
                 continue
-            runtime.cold_starts.extend(record.cold_starts)
-            self._apply_cold_starts(runtime)
+            for seconds in record.cold_starts:
+                runtime.decider.cold_starts.add(seconds)
+            runtime.decider.cold_start_measured()
             if record.pending_scale_up is not None:
                 runtime.pending_scale_up = (record.pending_scale_up[0] + to_now, int(record.pending_scale_up[1]))
             if record.last_scale is not None:
@@ -492,7 +474,7 @@ class Controller:
                 last_scale=None
                 if last is None
                 else LastScale(at=last[0], to=last[2], reason=last[3], **{"from": last[1]}),
-                cold_starts=list(runtime.cold_starts),
+                cold_starts=list(runtime.decider.cold_starts.samples),
                 cold_start_seconds=runtime.decider.ctx.cold_start_seconds,
                 pending_scale_up=None if pending is None else (pending[0] + to_wall, pending[1]),
                 owners=line.get("owners", []),

@@ -11,6 +11,7 @@ from typing import Any
 
 from policies.base import Observation, Policy, WorkloadContext
 from policies.behavior import BehaviorState, Limit, normalize
+from policies.cold_start import ColdStartEstimator
 from policies.spec import Fallback, ResolvedBehavior
 
 
@@ -58,6 +59,8 @@ class WorkloadDecider:
         self.fallback = fallback or Fallback()
         self.behavior_state = behavior_state or BehaviorState()
         self.failures = 0
+        self.cold_starts = ColdStartEstimator()
+        self.auto_cold_start = False  # coldStartSeconds: auto, the measured cold start replaces the default
 
     @property
     def behavior(self) -> ResolvedBehavior:
@@ -69,6 +72,17 @@ class WorkloadDecider:
         self.ctx = replace(self.ctx, cold_start_seconds=seconds)
         if hasattr(self.policy, "ctx"):
             self.policy.ctx = self.ctx
+
+    def cold_start_measured(self, seconds: float | None = None) -> float | None:
+        """Add a measured cold start (or none: re-apply what was measured, after a reload or a restart);
+        under ``coldStartSeconds: auto`` decide with the samples' 90th percentile once there are enough.
+        Returns that percentile, None before."""
+        if seconds is not None:
+            self.cold_starts.add(seconds)
+        p90 = self.cold_starts.p90()
+        if p90 is not None and self.auto_cold_start:
+            self.set_cold_start(p90)
+        return p90
 
     def decide(self, observation: Observation) -> Decision:
         now, current = observation.now, observation.current_replicas

@@ -115,8 +115,11 @@ class PolicyFile(StrictModel):
                 policy_state = previous.policy.state
         policy = workload.build_policy(self.interval, policy_state)
         decider = WorkloadDecider(workload.context(self.interval), policy, workload.fallback, behavior_state)
+        decider.auto_cold_start = workload.cold_start_seconds == "auto"
         if previous is not None:
             decider.failures = previous.failures
+            decider.cold_starts = previous.cold_starts
+            decider.cold_start_measured()  # a reload keeps the measured cold start
         return decider
 
 

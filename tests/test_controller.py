@@ -199,4 +199,18 @@ def test_the_cold_start_is_measured_from_the_write_to_ready(source: FakeSource) 
         clock.now += 60
         daemon.tick()
         clock.now += 600
-    assert list(daemon.runtime["llm/a"].cold_starts) == [180.0, 180.0, 180.0]
+    decider = daemon.runtime["llm/a"].decider
+    assert list(decider.cold_starts.samples) == [180.0, 180.0, 180.0]
+    assert decider.ctx.cold_start_seconds == 180.0  # auto: decided with the measured p90
+
+
+def test_a_reload_keeps_the_measured_cold_start(source: FakeSource) -> None:
+    daemon = controller(FakeActuator({"a": state(2)}), source, coldStartSeconds="auto")
+    decider = daemon.runtime["llm/a"].decider
+    for seconds in (100.0, 110.0, 120.0):
+        decider.cold_start_measured(seconds)
+    measured = decider.ctx.cold_start_seconds
+    assert measured == pytest.approx(118.0)
+    daemon.apply_document(daemon.document)  # what a changed policy file does
+    reloaded = daemon.runtime["llm/a"].decider
+    assert reloaded is not decider and reloaded.ctx.cold_start_seconds == measured
