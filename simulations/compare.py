@@ -8,7 +8,7 @@ Baselines, all with the workload's min and max replicas:
 * ``keda-sum``: the corrected configuration: total waiting under ``AverageValue`` 2, max KV-cache usage
   under ``metricType: Value`` 0.85, same behavior and cycle.
 * ``static-best``: the smallest fixed fleet that meets the SLO target over the whole trace (bisection).
-* ``oracle``: a lower bound on GPU-hours at that SLO (see ``runner.oracle_bound``).
+* ``oracle``: a lower bound on GPU-hours at that SLO (see ``oracle.oracle_bound``).
 """
 
 from __future__ import annotations
@@ -30,17 +30,10 @@ import numpy as np
 from policies.policy_file import PolicyFile, Workload, parse_policy_document
 from policies.predictive import PredictiveParams, default_headroom, default_horizon
 from policies.threshold import ThresholdParams
+from simulations.oracle import OracleBound, oracle_bound
 from simulations.replica_model import ReplicaModel
-from simulations.runner import (
-    Contender,
-    OracleBound,
-    RunResult,
-    allowed_misses,
-    keda_signals,
-    oracle_bound,
-    run,
-    signals_for,
-)
+from simulations.runner import Contender, RunResult, allowed_misses, run
+from simulations.signals import keda_signals, signals_for
 from simulations.sizing import LOAD_TEST_REPLICAS
 from simulations.traces import Trace
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from simulations.fleet import PREFIX_ROUTING_SLACK, Fleet
+from simulations.oracle import oracle_bound
 from simulations.replica_model import ReplicaModel
-from simulations.runner import Contender, oracle_bound, run
+from simulations.runner import Contender, run
 from simulations.sizing import LoadTest
 from simulations.traces import PrefixBlocks, Trace, TraceError, load_trace
 from tests.helpers import assert_report_consistent, drain, policy_file

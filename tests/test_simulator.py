@@ -15,20 +15,11 @@ import pytest
 from autoscaler.cli import main
 from simulations.compare import builtin_policy, compare, keda_contender
 from simulations.fleet import Fleet, share_processor
+from simulations.oracle import oracle_bound
 from simulations.replica_model import ReplicaModel, parse_overrides
 from simulations.report import load, load_line
-from simulations.runner import (
-    Contender,
-    RunResult,
-    keda_signals,
-    long_run_hint,
-    oracle_bound,
-    p90_by_arrival,
-    run,
-    signals_for,
-    slo_met,
-    ttft_beyond_prefill,
-)
+from simulations.runner import Contender, RunResult, long_run_hint, p90_by_arrival, run, slo_met, ttft_beyond_prefill
+from simulations.signals import keda_signals, signals_for
 from simulations.traces import Trace, TraceError, load_trace, synthetic_day
 from tests.helpers import assert_report_consistent, drain, policy_file
 

@@ -1,0 +1,66 @@
+"""What a simulated fleet shows a policy: each built-in metric as its default query would read it from the
+simulated replicas' scrapes, and what KEDA's Prometheus scaler handed the HPA."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from policies.metric_names import KV_CACHE_ALIASES, described
+from simulations.fleet import Fleet, Scrape
+
+Signals = Callable[[Fleet, float], dict[str, float | None]]
+
+
+def _gauge(scrape: Scrape | None, value: Callable[[Scrape], float]) -> float | None:
+    """A ``sum``/``max`` over pods: no pods up means an empty result, which is no value."""
+    if scrape is None or scrape.up == 0:
+        return None
+    result = value(scrape)
+    return None if math.isnan(result) else result
+
+
+def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
+    """The value of a built-in metric name of docs/contract.md, as its default query would return it."""
+    if name == "num_requests_waiting":
+        return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.waiting)
+    if name == "num_requests_running":
+        return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.running)
+    if name in KV_CACHE_ALIASES:
+        return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.kv_max)
+    if name == "time_to_first_token_p90_seconds":
+        return lambda f, now: s.ttft_p90 if (s := f.latest_scrape(now)) is not None else None
+    if name == "prompt_tokens_per_second":
+        return lambda f, now: f.rate("prompt_tokens_total", now)
+    if name == "generation_tokens_per_second":
+        return lambda f, now: f.rate("generation_tokens_total", now)
+    return None
+
+
+def signals_for(names: list[str]) -> Signals:
+    getters = {}
+    for name in names:
+        getter = builtin_signal(name)
+        if getter is None:
+            raise ValueError(
+                f"the simulator cannot provide metric {name!r}: it serves the built-in names {described()}"
+            )
+        getters[name] = getter
+    return lambda fleet, now: {name: get(fleet, now) for name, get in getters.items()}
+
+
+def keda_signals(average_per_pod: bool) -> Signals:
+    """What KEDA's Prometheus scaler hands the HPA for the design article's two triggers.
+
+    An empty result or NaN becomes 0 (``ignoreNullValues``, KEDA's default).
+    """
+
+    def read(fleet: Fleet, now: float) -> dict[str, float | None]:
+        scrape = fleet.latest_scrape(now)
+        up = scrape.up if scrape is not None else 0
+        if scrape is None or up == 0:
+            return {"waiting": 0.0, "kv": 0.0}
+        waiting = scrape.waiting / up if average_per_pod else scrape.waiting
+        return {"waiting": waiting, "kv": 0.0 if math.isnan(scrape.kv_max) else scrape.kv_max}
+
+    return read
