@@ -404,7 +404,7 @@ SIMULATED_START = 1_767_225_600.0  # 2026-01-01T00:00:00Z: recorded stamps of a 
 def _record_simulated(path: str, document: PolicyFile, comparison: Comparison) -> None:
     """``simulate --record-metrics``: the fleet run once more under the workload's own policy, its metrics
     tick by tick written as ``record`` would have read them, for ``replay``."""
-    from simulations.compare import policy_contender
+    from simulations.contenders import policy_contender
     from simulations.recorded import observed_rows, write_rows
     from simulations.runner import run
 

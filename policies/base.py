@@ -68,7 +68,9 @@ class Proposal:
 
 
 class Policy(Protocol):
-    """The interface of a policy. Register an implementation in ``policies.registry``."""
+    """The interface of a policy. Register an implementation in ``policies.registry``. A policy may also
+    declare ``tuning_knob``, the one setting ``simulate --tune`` searches (named as a policy file names it);
+    `--tune` refuses a policy without one, with a one-line error."""
 
     Params: ClassVar[type[BaseModel]]
     type: ClassVar[str]

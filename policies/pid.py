@@ -68,6 +68,7 @@ class PIDState:
 
 class PIDPolicy:
     type: ClassVar[str] = "pid"
+    tuning_knob: ClassVar[str] = "setpoint"  # what `simulate --tune` searches: the primary metric's setpoint
     Params = PIDParams
 
     def __init__(self, params: PIDParams, ctx: WorkloadContext) -> None:

@@ -205,6 +205,7 @@ def _rise(samples: list[tuple[float, float]], shrink: float = 0.0) -> float:
 
 class PredictivePolicy:
     type: ClassVar[str] = "predictive"
+    tuning_knob: ClassVar[str] = "headroom"  # what `simulate --tune` searches: the headroom over the demand
     Params = PredictiveParams
 
     def __init__(self, params: PredictiveParams, ctx: WorkloadContext) -> None:

@@ -48,6 +48,9 @@ def hpa_proposal(ctx: WorkloadContext, observation: Observation, tolerance: Tole
 
 class ThresholdPolicy:
     type: ClassVar[str] = "threshold"
+    tuning_knob: ClassVar[str] = (
+        "target"  # what `simulate --tune` searches: the first metric's target (the others scaled with it)
+    )
     Params = ThresholdParams
 
     def __init__(self, params: ThresholdParams, ctx: WorkloadContext) -> None:

@@ -28,14 +28,21 @@ from typing import Any
 import numpy as np
 
 from policies.policy_file import PolicyFile, Workload, parse_policy_document
-from policies.predictive import PredictiveParams, default_headroom, default_horizon
-from policies.threshold import ThresholdParams
+from policies.predictive import default_headroom, default_horizon
+from simulations.contenders import (
+    keda_contender,
+    policy_contender,
+    policy_variant,
+    workload_dict,
+    workload_variant,
+)
 from simulations.oracle import OracleBound, oracle_bound
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult, allowed_misses, run
-from simulations.signals import keda_signals, signals_for
+from simulations.signals import signals_for
 from simulations.sizing import LOAD_TEST_REPLICAS
 from simulations.traces import Trace
+from simulations.tuning import knob_variant, policy_block, tune
 
 PROMPT_TOKENS_SHARE = 0.5
 RUNNING_SHARE = 0.5
@@ -124,14 +131,6 @@ def builtin_document(
 
 DEFAULT_POLICY_TYPES = ("threshold", "pid", "predictive")
 
-ARTICLE_BEHAVIOR = {
-    "scaleUp": {"stabilizationWindowSeconds": 0, "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]},
-    "scaleDown": {
-        "stabilizationWindowSeconds": 600,
-        "policies": [{"type": "Percent", "value": 25, "periodSeconds": 60}],
-    },
-}
-
 
 def builtin_policy(
     model: ReplicaModel | None = None,
@@ -149,68 +148,6 @@ def builtin_policy(
         model or ReplicaModel(), trace, share, prompt_share, headroom_scale, pooling_gain, replica_share
     )
     return parse_policy_document(document, "<built-in>")
-
-
-def _workload_dict(workload: Workload) -> dict[str, Any]:
-    return workload.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-def policy_variant(
-    document: PolicyFile, workload: Workload, policy: dict[str, Any], metrics: list[dict[str, Any]] | None = None
-) -> tuple[PolicyFile, Workload]:
-    """The workload with another policy block (and optionally other metrics), validated like a file."""
-    return workload_variant(document, workload, {"policy": policy, **({} if metrics is None else {"metrics": metrics})})
-
-
-def workload_variant(document: PolicyFile, workload: Workload, changes: dict[str, Any]) -> tuple[PolicyFile, Workload]:
-    """The workload with ``changes`` to its keys (as a file names them), validated like a file."""
-    raw = {**_workload_dict(workload), **changes}
-    doc = parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<variant>")
-    return doc, doc.workloads[0]
-
-
-def policy_contender(
-    document: PolicyFile,
-    workload: Workload,
-    model: ReplicaModel,
-    name: str | None = None,
-    tuned: dict[str, float] | None = None,
-) -> Contender:
-    """The workload's decider, told the simulated replicas' cold start as the daemon's is told the one it
-    measures: the policy looks ahead by the cold start the fleet really has."""
-    decider = document.decider(workload)
-    decider.set_cold_start(model.cold_start_s)
-    signals = signals_for([m.name for m in workload.metrics])
-    return Contender(name or workload.policy_type, float(document.interval), decider, signals, tuned=tuned)
-
-
-def keda_contender(document: PolicyFile, workload: Workload, model: ReplicaModel, average: bool) -> Contender:
-    raw = _workload_dict(workload)
-    raw.update(
-        # The queries are the triggers' own; the simulator evaluates them itself (keda_signals).
-        metrics=[
-            {
-                "name": "waiting",
-                "target": {"type": "AverageValue", "value": 2.0},
-                "query": (
-                    'sum(vllm:num_requests_waiting{app="vllm"}) / count(vllm:num_requests_waiting{app="vllm"})'
-                    if average
-                    else 'sum(vllm:num_requests_waiting{app="vllm"})'
-                ),
-            },
-            {
-                "name": "kv",
-                "target": {"type": "AverageValue" if average else "Value", "value": 0.85},
-                "query": 'max(vllm:gpu_cache_usage_perc{app="vllm"})',
-            },
-        ],
-        policy={"type": "threshold", "tolerance": 0.1},
-        behavior=ARTICLE_BEHAVIOR,
-    )
-    raw.pop("fallback", None)
-    doc = parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<keda>")
-    name = "keda-avg" if average else "keda-sum"
-    return Contender(name, model.hpa_sync_s, doc.decider(doc.workloads[0]), keda_signals(average))
 
 
 @dataclass
@@ -344,161 +281,6 @@ def footing(
     return Footing(bound, best, best_run, best if best is not None else hi, ahead)
 
 
-KNOBS = {"threshold": "target", "pid": "setpoint", "predictive": "headroom"}
-
-
-def _knob_variant(
-    document: PolicyFile, workload: Workload, policy_type: str, setting: dict[str, float]
-) -> tuple[PolicyFile, Workload]:
-    """The workload running ``policy_type`` with ``setting``, as ``tune`` names its settings.
-
-    ``target`` sets the first metric's target and scales the others with it, so that, like a headroom, it
-    sets the capacity asked of each replica on every signal; a target equal to the file's to the four
-    decimals ``tune`` names it with keeps the file's targets (its "as given"). Every other key is a
-    parameter of the policy block: ``setpoint`` (``pid``), ``headroom``, ``maxGrowth`` (``predictive``).
-    """
-    policy = {**_policy_block(workload, policy_type), **{k: v for k, v in setting.items() if k != "target"}}
-    first = workload.metrics[0].target.value
-    if "target" not in setting or setting["target"] == round(first, 4):
-        return policy_variant(document, workload, policy)
-    value = setting["target"]
-    metrics = [m.model_dump(by_alias=True, exclude_none=True, mode="json") for m in workload.metrics]
-    for metric in metrics:
-        metric["target"]["value"] = value if metric is metrics[0] else metric["target"]["value"] * value / first
-    return policy_variant(document, workload, policy, metrics)
-
-
-def _policy_block(workload: Workload, policy_type: str) -> dict[str, Any]:
-    """The file's own block for that type, or the type's defaults."""
-    return dict(workload.policy) if workload.policy_type == policy_type else {"type": policy_type}
-
-
-def tune(
-    trace: Trace,
-    model: ReplicaModel,
-    document: PolicyFile,
-    workload: Workload,
-    policy_type: str,
-    initial: int,
-    slo_ttft: float,
-    slo_target: float,
-    tick: Callable[[str], None],
-    steps: int = 7,
-    stop: Callable[[], bool] | None = None,
-) -> RunResult:
-    """The cheapest setting of the policy's sizing knob that meets the SLO target, by bisection between a
-    safe end and a cheap end.
-
-    The knobs are searched over the same span of capacity per replica, in log space: a target or setpoint
-    from 1/8 to 4 times the file's (capacity falls as it shrinks), a headroom ``h`` with ``1 + h`` from 8
-    down to 1/4 (a negative headroom runs replicas hotter than the targets). So the tuned policies are
-    compared at equal effort, with the same sizes tried.
-
-    ``predictive`` has more settings: its trend (``maxGrowth``), its fleet's pooling (``poolingGain``) and
-    its hold on rises under ``minRiseReplicas``. With all three off, headroom 0 and threshold's tolerance
-    (if the file gives it another) it makes threshold's decisions at the same targets, exactly (both in the
-    HPA's milli-units, ``demand_in_replicas``), so its capacity is first searched so, on its targets as
-    threshold's are: that search is threshold's, run for run, and tuned ``predictive`` never costs more
-    than tuned ``threshold``. (Searching the headroom there instead is the same capacity but not the same
-    runs: threshold's scaled targets are rounded up to thousandths, the headroom is not, and at the SLO's
-    edge a run moved by that meets where the other misses; on the two-day trace the two searches came
-    1.8 % apart.) With the pooling on, its headroom is searched too, pooled, and kept if it meets the SLO
-    for less. Then headroom 0 at the file's targets (threshold's "as given"), and at the setting found the
-    trend, and after it the hold, as the file sets them, each kept if it meets the SLO for less. The hold
-    is not searched with: on small fleets it keeps one replica fewer for a need less than half a replica
-    higher, and a surge that meets that fleet waits a cold start for the difference (an H100-like replica
-    on the built-in day's shape at 16 requests/s: at threshold's tuned capacity the hold missed the SLO,
-    0.958, where threshold met it, 0.9995).
-
-    Last, the policy runs as the file sets it, kept if it meets the SLO for less than every setting tried.
-    """
-    first = workload.metrics[0].target.value
-    budget = allowed_misses(trace, slo_target)
-    spans = {  # knob: (safe end, cheap end), in log space
-        "headroom": (math.log(8.0), math.log(0.25)),
-        "target": (math.log(first / 8.0), math.log(first * 4.0)),
-        "setpoint": (math.log(first / 8.0), math.log(first * 4.0)),
-    }
-
-    def value(knob: str, x: float) -> float:
-        return round(math.exp(x) - 1.0, 4) if knob == "headroom" else round(math.exp(x), 4)
-
-    def attempt(setting: dict[str, float], full: bool = False) -> RunResult:
-        """One setting's run; unless ``full``, it stops once it has certainly missed the SLO target (such a
-        run is only ever used to say so)."""
-        doc, wl = _knob_variant(document, workload, policy_type, setting)
-        contender = policy_contender(doc, wl, model, policy_type, setting)
-        result = run(trace, model, contender, initial, slo_ttft, miss_budget=None if full else budget, stop=stop)
-        tick(f"tune {policy_type} {','.join(f'{k}={v}' for k, v in setting.items())}")
-        return result
-
-    def search(knob: str, fixed: dict[str, float]) -> tuple[dict[str, float], RunResult]:
-        """Bisection between the safe end (most capacity: small target, big headroom) and the cheap end.
-
-        The safe end is run last, and only when no setting tried below it met the target: it holds the
-        most replicas for the whole trace, so it is the longest run of the search, and what it would
-        tell, that the search has a setting that meets the SLO, the first setting that meets it tells too.
-        """
-        safe_x, cheap_x = spans[knob]
-
-        def at(x: float) -> dict[str, float]:
-            return {knob: value(knob, x), **fixed}
-
-        cheap = attempt(at(cheap_x))
-        if cheap.meets(slo_target):
-            return at(cheap_x), cheap
-        found: tuple[dict[str, float], RunResult] | None = None
-        good, bad = safe_x, cheap_x
-        for _ in range(steps):
-            mid = (good + bad) / 2
-            result = attempt(at(mid))
-            if result.meets(slo_target):
-                good = mid
-                if found is None or result.gpu_hours <= found[1].gpu_hours:
-                    found = at(mid), result
-            else:
-                bad = mid
-        return found or (at(safe_x), attempt(at(safe_x), full=True))  # the safe end is reported even if it misses
-
-    def cheaper(a: RunResult, b: RunResult) -> bool:
-        return a.meets(slo_target) and (not b.meets(slo_target) or a.gpu_hours < b.gpu_hours)
-
-    if policy_type != "predictive":
-        best = search(KNOBS[policy_type], {})[1]
-    else:
-        params = PredictiveParams.model_validate(_policy_block(workload, policy_type))
-        extras_off = {"maxGrowth": 0.0, "minRiseReplicas": 0.0}
-        as_threshold = {"headroom": 0.0, **extras_off, **({"poolingGain": 0.0} if params.pooling_gain > 0 else {})}
-        threshold = ThresholdParams.model_validate(_policy_block(workload, "threshold"))
-        if params.tolerance != threshold.tolerance:
-            as_threshold["tolerance"] = threshold.tolerance  # and threshold's band, or its decisions are another's
-        candidates: list[tuple[dict[str, float], RunResult]] = []
-        if params.pooling_gain > 0:
-            # Pooling sizes a large fleet below its targets, which no target of threshold's does.
-            candidates.append(search("headroom", extras_off))
-        candidates.append(search("target", as_threshold))
-        # Tuned threshold also runs its targets as given, which no step of the bisection may land on (the
-        # built-in day at a 1 s cold start: tuned threshold 72.84 GPU-h there, tuned predictive 73.88).
-        candidates.append((as_threshold, attempt(as_threshold)))
-        setting, best = candidates[0]
-        for other_setting, other in candidates[1:]:
-            if cheaper(other, best):
-                setting, best = other_setting, other
-        for extra in ({"maxGrowth": params.max_growth}, {"minRiseReplicas": params.min_rise_replicas}):
-            tried = {**setting, **extra}
-            if tried != setting:
-                result = attempt(tried)
-                if cheaper(result, best):
-                    setting, best = tried, result
-    # The setting given may fall between the ones tried, and attainment is not quite monotone in the knob
-    # (the built-in day met the SLO at the default headroom, 0.6, and missed it at one tried just above):
-    # tuning never reports a dearer setting than the one it was given. It runs as tuning names it, so that
-    # the file ``--write-config`` writes from that name runs it again to the request.
-    doc, wl = policy_variant(document, workload, _policy_block(workload, policy_type))
-    as_given = attempt(given_setting(wl, policy_type, policy_contender(doc, wl, model).settings() or {}))
-    return as_given if cheaper(as_given, best) else best
-
-
 def deployable(document: PolicyFile, result: RunResult, cold_start_s: float) -> dict[str, Any]:
     """The policy file that runs ``result``'s policy on the first workload as the comparison ran it: the
     setting ``tune`` found (``result.tuned``) or the file's own block for the type (its defaults if the
@@ -507,16 +289,16 @@ def deployable(document: PolicyFile, result: RunResult, cold_start_s: float) -> 
     workload = document.workloads[0]
     policy_type = result.policy
     if result.tuned:
-        _, variant = _knob_variant(document, workload, policy_type, result.tuned)
+        _, variant = knob_variant(document, workload, policy_type, result.tuned)
     else:
-        _, variant = policy_variant(document, workload, _policy_block(workload, policy_type))
+        _, variant = policy_variant(document, workload, policy_block(workload, policy_type))
     if variant.cold_start_seconds != "auto":
         variant = variant.model_copy(update={"cold_start_seconds": max(0, round(cold_start_s))})
     written = document.model_copy(update={"workloads": [variant, *document.workloads[1:]]})
     raw = written.model_dump(by_alias=True, exclude_defaults=True, mode="json")
     # Defaults that say what the file is about stay: the tick, the target's kind, the metrics' target
     # types, and the policy block even where it is the default one (threshold).
-    full = _workload_dict(variant)
+    full = workload_dict(variant)
     raw = {"interval": written.interval, **raw}
     raw["workloads"][0].update(
         target=full["target"],
@@ -525,22 +307,6 @@ def deployable(document: PolicyFile, result: RunResult, cold_start_s: float) -> 
         policy=dict(variant.policy),
     )
     return raw
-
-
-def given_setting(workload: Workload, policy_type: str, settings: dict[str, Any]) -> dict[str, float]:
-    """The sizing knob's value (and predictive's trend) that ``workload`` runs its ``policy_type`` policy
-    with, from the ``settings`` its contender reports (defaults worked out), named as ``tune`` names its
-    settings."""
-    if policy_type == "threshold":
-        return {"target": round(workload.metrics[0].target.value, 4)}
-    if policy_type == "pid":
-        primary = next((m for m in workload.metrics if m.name == settings.get("metric")), workload.metrics[0])
-        return {"setpoint": round(settings.get("setpoint", primary.target.value), 4)}
-    return {
-        "headroom": round(settings["headroom"], 4),
-        "maxGrowth": settings["maxGrowth"],
-        "minRiseReplicas": settings["minRiseReplicas"],
-    }
 
 
 @dataclass(frozen=True)
@@ -582,7 +348,7 @@ def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
         return tune(
             s.trace, s.model, s.document, s.workload, arg, s.initial, s.slo_ttft, s.slo_target, _quiet, stop=stop
         )
-    doc, wl = policy_variant(s.document, s.workload, _policy_block(s.workload, arg))
+    doc, wl = policy_variant(s.document, s.workload, policy_block(s.workload, arg))
     return run(s.trace, s.model, policy_contender(doc, wl, s.model), s.initial, s.slo_ttft, stop=stop)
 
 

@@ -41,10 +41,12 @@ from typing import Any
 import simulations.compare as comparing
 from policies.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
-from simulations.compare import footing, policy_contender, policy_variant, tune
+from simulations.compare import footing
+from simulations.contenders import policy_contender, policy_variant
 from simulations.replica_model import ReplicaModel, parse_overrides
 from simulations.runner import RunResult, run
 from simulations.traces import Trace, load_trace, read_rate, synthetic_day
+from simulations.tuning import tune
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 SERVEGEN = "servegen_m-mid_rate_600s.csv"

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from autoscaler.cli import main
-from simulations.compare import builtin_policy, compare, keda_contender
+from simulations.compare import builtin_policy, compare
+from simulations.contenders import keda_contender
 from simulations.fleet import Fleet, share_processor
 from simulations.oracle import oracle_bound
 from simulations.replica_model import ReplicaModel, parse_overrides
@@ -481,7 +482,7 @@ def test_the_policy_sees_the_simulated_cold_start(tmp_path: Path, capsys: pytest
     policy = policy_file(tmp_path, coldStartSeconds=300)
     args = ["simulate", "--config", str(policy), "--trace", str(trace), "--cold-start", "42", "--policy", "predictive"]
     assert main([*args, "--out", str(out)]) == 0
-    from simulations.compare import policy_contender
+    from simulations.contenders import policy_contender
 
     document = builtin_policy()  # a file's coldStartSeconds (300) gives way to the replicas' own
     contender = policy_contender(document, document.workloads[0], ReplicaModel(cold_start_s=42))
@@ -490,28 +491,29 @@ def test_the_policy_sees_the_simulated_cold_start(tmp_path: Path, capsys: pytest
 
 
 def test_tuning_tries_the_same_capacities_for_threshold_and_predictive() -> None:
-    from simulations.compare import _knob_variant
+    from simulations.tuning import knob_variant
 
     document = builtin_policy()
     workload = document.workloads[0]
-    _, scaled = _knob_variant(document, workload, "threshold", {"target": 250.0})  # half the built-in 500
+    _, scaled = knob_variant(document, workload, "threshold", {"target": 250.0})  # half the built-in 500
     assert [m.target.value for m in scaled.metrics] == [250.0, pytest.approx(workload.metrics[1].target.value / 2), 1.0]
-    _, hot = _knob_variant(document, workload, "predictive", {"headroom": -0.5})
+    _, hot = knob_variant(document, workload, "predictive", {"headroom": -0.5})
     assert hot.policy["headroom"] == -0.5 and hot.metrics == workload.metrics
-    _, both = _knob_variant(document, workload, "predictive", {"target": 250.0, "headroom": 0.0, "maxGrowth": 0.0})
+    _, both = knob_variant(document, workload, "predictive", {"target": 250.0, "headroom": 0.0, "maxGrowth": 0.0})
     assert both.metrics == scaled.metrics and both.policy == {"type": "predictive", "headroom": 0.0, "maxGrowth": 0.0}
 
 
 def test_a_target_named_as_the_files_keeps_the_files_targets() -> None:
     """Tuning names a target to four decimals; the file's own, so named, must run the file's targets, or the
     run as given and the file written from its name would differ in the other metrics' scaled targets."""
-    from simulations.compare import _knob_variant, policy_variant
+    from simulations.contenders import policy_variant
+    from simulations.tuning import knob_variant
 
     document = builtin_policy(ReplicaModel(prefill_tokens_per_s=987.654321))
     workload = document.workloads[0]
     first = workload.metrics[0].target.value
     assert first != round(first, 4)
-    _, named = _knob_variant(document, workload, "threshold", {"target": round(first, 4)})
+    _, named = knob_variant(document, workload, "threshold", {"target": round(first, 4)})
     _, given = policy_variant(document, workload, {"type": "threshold"})
     assert named.metrics == given.metrics
 
@@ -523,7 +525,7 @@ def test_predictive_at_headroom_0_without_trend_hold_or_pooling_decides_as_thres
     """What makes tuned predictive cost no more than tuned threshold: at headroom 0, without the trend, the
     hold and the pooling, it makes threshold's decisions at the same targets, to the replica."""
     from policies.base import Observation
-    from simulations.compare import _knob_variant
+    from simulations.tuning import knob_variant
 
     document = builtin_policy(ReplicaModel(prefill_tokens_per_s=8123.4567), pooling_gain=0.1)
     workload = document.workloads[0]
@@ -532,8 +534,8 @@ def test_predictive_at_headroom_0_without_trend_hold_or_pooling_decides_as_thres
     deciders = [
         doc.decider(wl)
         for doc, wl in (
-            _knob_variant(document, workload, "threshold", {"target": target}),
-            _knob_variant(document, workload, "predictive", {"target": target, **as_threshold}),
+            knob_variant(document, workload, "threshold", {"target": target}),
+            knob_variant(document, workload, "predictive", {"target": target, **as_threshold}),
         )
     ]
     rng = np.random.default_rng(3)
@@ -834,7 +836,7 @@ def test_every_run_of_a_tuning_search_runs_the_policy_tuned_as_its_setting_names
     must run the policy type being tuned all the same. And each run is what its setting, written out by
     ``--write-config``, runs again: the run as given too, whose default headroom at a 60 s cold start
     (0.41404...) tuning names to four decimals."""
-    from simulations.compare import _knob_variant, tune
+    from simulations.tuning import knob_variant, tune
 
     ran: list[str] = []
     model = ReplicaModel(cold_start_s=60, prefill_tokens_per_s=987.654321)
@@ -843,7 +845,7 @@ def test_every_run_of_a_tuning_search_runs_the_policy_tuned_as_its_setting_names
     def seen(contender: Contender, _: RunResult) -> None:
         assert contender.decider is not None and contender.tuned is not None
         ran.append(contender.decider.policy.type)
-        _, named = _knob_variant(document, document.workloads[0], policy_type, contender.tuned)
+        _, named = knob_variant(document, document.workloads[0], policy_type, contender.tuned)
         again = document.decider(named)
         assert again.policy.params == contender.decider.policy.params  # type: ignore[attr-defined]
         assert again.ctx.metrics == contender.decider.ctx.metrics
@@ -861,7 +863,7 @@ def test_tuning_predictive_tries_headroom_0_as_threshold_runs_its_targets_as_giv
     """Tuned threshold's last run is its targets as given, a capacity the bisection may never land on; so
     predictive's search runs that capacity too, in threshold's decisions, or tuned predictive could cost
     more than tuned threshold (the built-in day at a 1 s cold start: 73.88 against 72.84 GPU-h)."""
-    from simulations.compare import tune
+    from simulations.tuning import tune
 
     tried: list[dict[str, float]] = []
     _watch_tuning_runs(monkeypatch, lambda contender, _: tried.append(dict(contender.tuned or {})))
@@ -891,7 +893,8 @@ def test_predictives_search_in_thresholds_decisions_is_thresholds_search_run_for
     which keeps the cheapest of a superset, costs no more. A replica whose targets land between thousandths
     (987.654321 prompt tokens/s): a headroom searched instead came 1.8 % apart on the two-day trace. A
     predictive block with a tolerance of its own takes threshold's in that search."""
-    from simulations.compare import policy_variant, tune
+    from simulations.contenders import policy_variant
+    from simulations.tuning import tune
 
     runs: dict[str, dict[tuple[Any, ...], tuple[float, float, int]]] = {"threshold": {}, "predictive": {}}
 
@@ -948,7 +951,8 @@ def test_predictives_search_in_thresholds_decisions_is_thresholds_search_run_for
 def test_tuning_names_the_setting_it_was_given_as_it_names_the_ones_it_tries(
     policy_type: str, block: dict[str, Any], expected: dict[str, float]
 ) -> None:
-    from simulations.compare import given_setting, policy_contender, policy_variant
+    from simulations.contenders import policy_contender, policy_variant
+    from simulations.tuning import given_setting
 
     document = builtin_policy()
     document, workload = policy_variant(document, document.workloads[0], block or {"type": policy_type})
@@ -978,7 +982,8 @@ def test_tuned_predictive_with_pooling_still_costs_no_more_than_tuned_threshold(
 
 def test_tuning_runs_the_safe_end_last_and_reports_it_when_no_setting_meets_the_slo() -> None:
     from policies.policy_file import parse_policy_document
-    from simulations.compare import builtin_document, tune
+    from simulations.compare import builtin_document
+    from simulations.tuning import tune
 
     trace = synthetic_day(seed=1, mean_rps=3.0, hours=0.1, bursts=0)
     model = ReplicaModel(cold_start_s=60)
@@ -1199,14 +1204,15 @@ def test_the_written_file_runs_predictive_at_threshold_capacity_as_tuning_found_
     """Tuning may find predictive's cheapest setting in threshold's decisions: its targets scaled, headroom
     0 and its extras off. The file written from it scales the targets as the run did."""
     from policies.policy_file import parse_policy_document
-    from simulations.compare import _knob_variant, deployable
+    from simulations.compare import deployable
+    from simulations.tuning import knob_variant
 
     document = builtin_policy(ReplicaModel(prefill_tokens_per_s=987.654321))
     workload = document.workloads[0]
     setting = {"target": 404.8088, "headroom": 0.0, "maxGrowth": 0.5, "minRiseReplicas": 0.0, "poolingGain": 0.0}
     tuned = RunResult("predictive", 1.0, 1.0, None, None, None, 1, 0, 0, 1, setting)
     written = parse_policy_document(deployable(document, tuned, cold_start_s=300.0)).workloads[0]
-    _, ran = _knob_variant(document, workload, "predictive", setting)
+    _, ran = knob_variant(document, workload, "predictive", setting)
     assert written.metrics == ran.metrics and written.metrics[0].target.value == 404.8088
     scale = 404.8088 / workload.metrics[0].target.value
     assert written.metrics[1].target.value == pytest.approx(workload.metrics[1].target.value * scale)

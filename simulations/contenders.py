@@ -1,0 +1,81 @@
+"""The contenders a comparison runs: a policy file's workload (or a variant of it) as the daemon would run
+it, and the KEDA setups it replaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.policy_file import PolicyFile, Workload, parse_policy_document
+from simulations.replica_model import ReplicaModel
+from simulations.runner import Contender
+from simulations.signals import keda_signals, signals_for
+
+ARTICLE_BEHAVIOR = {
+    "scaleUp": {"stabilizationWindowSeconds": 0, "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]},
+    "scaleDown": {
+        "stabilizationWindowSeconds": 600,
+        "policies": [{"type": "Percent", "value": 25, "periodSeconds": 60}],
+    },
+}
+
+
+def workload_dict(workload: Workload) -> dict[str, Any]:
+    return workload.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def policy_variant(
+    document: PolicyFile, workload: Workload, policy: dict[str, Any], metrics: list[dict[str, Any]] | None = None
+) -> tuple[PolicyFile, Workload]:
+    """The workload with another policy block (and optionally other metrics), validated like a file."""
+    return workload_variant(document, workload, {"policy": policy, **({} if metrics is None else {"metrics": metrics})})
+
+
+def workload_variant(document: PolicyFile, workload: Workload, changes: dict[str, Any]) -> tuple[PolicyFile, Workload]:
+    """The workload with ``changes`` to its keys (as a file names them), validated like a file."""
+    raw = {**workload_dict(workload), **changes}
+    doc = parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<variant>")
+    return doc, doc.workloads[0]
+
+
+def policy_contender(
+    document: PolicyFile,
+    workload: Workload,
+    model: ReplicaModel,
+    name: str | None = None,
+    tuned: dict[str, float] | None = None,
+) -> Contender:
+    """The workload's decider, told the simulated replicas' cold start as the daemon's is told the one it
+    measures: the policy looks ahead by the cold start the fleet really has."""
+    decider = document.decider(workload)
+    decider.set_cold_start(model.cold_start_s)
+    signals = signals_for([m.name for m in workload.metrics])
+    return Contender(name or workload.policy_type, float(document.interval), decider, signals, tuned=tuned)
+
+
+def keda_contender(document: PolicyFile, workload: Workload, model: ReplicaModel, average: bool) -> Contender:
+    raw = workload_dict(workload)
+    raw.update(
+        # The queries are the triggers' own; the simulator evaluates them itself (keda_signals).
+        metrics=[
+            {
+                "name": "waiting",
+                "target": {"type": "AverageValue", "value": 2.0},
+                "query": (
+                    'sum(vllm:num_requests_waiting{app="vllm"}) / count(vllm:num_requests_waiting{app="vllm"})'
+                    if average
+                    else 'sum(vllm:num_requests_waiting{app="vllm"})'
+                ),
+            },
+            {
+                "name": "kv",
+                "target": {"type": "AverageValue" if average else "Value", "value": 0.85},
+                "query": 'max(vllm:gpu_cache_usage_perc{app="vllm"})',
+            },
+        ],
+        policy={"type": "threshold", "tolerance": 0.1},
+        behavior=ARTICLE_BEHAVIOR,
+    )
+    raw.pop("fallback", None)
+    doc = parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<keda>")
+    name = "keda-avg" if average else "keda-sum"
+    return Contender(name, model.hpa_sync_s, doc.decider(doc.workloads[0]), keda_signals(average))
