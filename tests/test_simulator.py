@@ -816,16 +816,16 @@ def test_tuning_finds_a_cheaper_setting_at_the_slo_and_predictive_never_costs_mo
 
 def _watch_tuning_runs(monkeypatch: pytest.MonkeyPatch, seen: Callable[[Contender, RunResult], None]) -> None:
     """Has ``seen`` told each contender that ``tune`` runs, with the run's result."""
-    import simulations.compare as compare_module
+    import simulations.tuning as tuning_module
 
-    real_run = compare_module.run
+    real_run = tuning_module.run
 
     def watched(trace: Trace, model: ReplicaModel, contender: Contender, *args: Any, **kwargs: Any) -> Any:
         result = real_run(trace, model, contender, *args, **kwargs)
         seen(contender, result)
         return result
 
-    monkeypatch.setattr(compare_module, "run", watched)
+    monkeypatch.setattr(tuning_module, "run", watched)
 
 
 @pytest.mark.parametrize("policy_type", ["threshold", "pid", "predictive"])
