@@ -303,8 +303,8 @@ class _StderrNote:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations import report as reporting
-    from simulations.builtin import sized_builtin
-    from simulations.compare import BUILTIN_GROW_TO, DEFAULT_POLICY_TYPES, compare
+    from simulations.builtin import BUILTIN_GROW_TO, sized_builtin
+    from simulations.compare import DEFAULT_POLICY_TYPES, compare
     from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
     from simulations.traces import TraceError, load_trace
@@ -424,7 +424,7 @@ def _write_config(
     ``run``, with a comment saying what it was measured on. Baselines are not policies one deploys: a
     cheaper fixed fleet is said on standard error, beside the file."""
     from simulations import report as reporting
-    from simulations.compare import deployable
+    from simulations.deployable import deployable
     from simulations.runner import floor_to
 
     meeting = [r for r in comparison.results if r.policy in types and r.meets(comparison.slo_target)]

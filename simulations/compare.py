@@ -25,129 +25,21 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
-import numpy as np
-
-from policies.policy_file import PolicyFile, Workload, parse_policy_document
-from policies.predictive import default_headroom, default_horizon
+from policies.policy_file import PolicyFile, Workload
 from simulations.contenders import (
     keda_contender,
     policy_contender,
     policy_variant,
-    workload_dict,
     workload_variant,
 )
 from simulations.oracle import OracleBound, oracle_bound
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult, allowed_misses, run
 from simulations.signals import signals_for
-from simulations.sizing import LOAD_TEST_REPLICAS
 from simulations.traces import Trace
-from simulations.tuning import knob_variant, policy_block, tune
-
-PROMPT_TOKENS_SHARE = 0.5
-RUNNING_SHARE = 0.5
-BUILTIN_INTERVAL_S = 15
-BUILTIN_MAX_REPLICAS = 32
-# How far ``compare`` may raise the built-in workload's bound for a trace no fleet of 32 carries: 1,024
-# GPUs of the built-in replica.
-BUILTIN_GROW_TO = 256
-
-
-def builtin_document(
-    model: ReplicaModel,
-    trace: Trace | None = None,
-    share: float = 1.0,
-    prompt_share: float = 1.0,
-    headroom_scale: float = 1.0,
-    pooling_gain: float = 0.0,
-    replica_share: float = 1.0,
-) -> dict[str, Any]:
-    """The built-in workload, its targets sized for ``model``'s replica, the trace's requests and the SLO,
-    as a user would size them for their own.
-
-    * Prompt tokens per second, at half the replica's prefill throughput: a flow that, unlike queue
-      lengths, does not swell when replicas slow down, so the steadiest signal to forecast; the other half
-      of the replica's compute goes to decoding and to the chunks of prompts that arrive together.
-    * Running requests at half of what a replica holds at once (``max_num_seqs``, or as many of the
-      trace's mean requests as its KV cache fits): the limit of a decode-heavy load, whose prompts are short
-      but whose sequences stay long in the cache.
-    * Two waiting requests per replica: the backlog, whatever its cause.
-
-    The first two are for an SLO of 2 s and requests of the built-in length distribution; a replica takes
-    ``share`` of them for a tighter SLO, and ``prompt_share`` of the prompt-token one besides for the
-    trace's own requests (``sizing.builtin_shares``). Of ``share``, ``replica_share`` is for a replica that
-    carries less than the built-in one within the SLO. Where it carries less because it holds fewer
-    sequences, its running target already says so: its batch counts as the built-in replica's times that
-    share, or its own if larger, so that the share does not shrink it twice (with ``max_num_seqs=4`` every
-    policy climbed to ``maxReplicas`` where 35 fixed replicas met the SLO).
-
-    No KV-cache metric: the built-in one is the busiest replica's usage, and one long prompt fills a
-    replica's cache whatever the fleet's load, so as a ``Value`` target it grows with the fleet it sizes.
-
-    The policy is ``predictive`` with its default headroom for the cold start, times ``headroom_scale``
-    for an SLO target other than 99 % (``sizing.headroom_scale``); at 1 the file leaves it to the policy.
-    With ``pooling_gain`` (``sizing.pooling_gain``), larger fleets than the load test's run each replica
-    hotter (``poolingGain``, ``poolingReplicas``).
-    """
-    # Without a trace, about the mean request of the Azure conversation trace (1,155 + 211 tokens).
-    footprint = float(np.mean(trace.prompt_tokens) + np.mean(trace.output_tokens)) if trace is not None else 1_400.0
-    holds = model.sequences_held(footprint)
-    if replica_share < 1.0:
-        holds = max(holds, min(holds / replica_share, ReplicaModel().sequences_held(footprint)))
-    cold_start = max(1, round(model.cold_start_s))
-    policy: dict[str, Any] = {"type": "predictive"}
-    if headroom_scale != 1.0:
-        horizon = default_horizon(cold_start, BUILTIN_INTERVAL_S)
-        policy["headroom"] = round(default_headroom(horizon) * headroom_scale, 4)
-    if pooling_gain > 0:
-        policy.update(poolingGain=pooling_gain, poolingReplicas=LOAD_TEST_REPLICAS)
-    return {
-        "interval": BUILTIN_INTERVAL_S,
-        "workloads": [
-            {
-                "target": {"kind": "Deployment", "namespace": "llm-serving", "name": "vllm-llama3-70b"},
-                "minReplicas": 2,
-                "maxReplicas": BUILTIN_MAX_REPLICAS,
-                "coldStartSeconds": cold_start,
-                "metrics": [
-                    {
-                        "name": "prompt_tokens_per_second",
-                        "target": {
-                            "type": "AverageValue",
-                            "value": prompt_share * share * PROMPT_TOKENS_SHARE * model.prefill_tokens_per_s,
-                        },
-                    },
-                    {
-                        "name": "num_requests_running",
-                        "target": {"type": "AverageValue", "value": round(max(1.0, share * RUNNING_SHARE * holds), 2)},
-                    },
-                    {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
-                ],
-                "policy": policy,
-            }
-        ],
-    }
-
+from simulations.tuning import policy_block, tune
 
 DEFAULT_POLICY_TYPES = ("threshold", "pid", "predictive")
-
-
-def builtin_policy(
-    model: ReplicaModel | None = None,
-    trace: Trace | None = None,
-    share: float = 1.0,
-    prompt_share: float = 1.0,
-    headroom_scale: float = 1.0,
-    pooling_gain: float = 0.0,
-    replica_share: float = 1.0,
-) -> PolicyFile:
-    """The built-in workload for ``model`` and the trace's requests, its targets scaled by ``share`` and
-    ``prompt_share`` (``sizing.builtin_shares``), its headroom by ``headroom_scale``
-    (``sizing.headroom_scale``), its fleet's pooling ``pooling_gain`` (``sizing.pooling_gain``)."""
-    document = builtin_document(
-        model or ReplicaModel(), trace, share, prompt_share, headroom_scale, pooling_gain, replica_share
-    )
-    return parse_policy_document(document, "<built-in>")
 
 
 @dataclass
@@ -279,34 +171,6 @@ def footing(
     start = max(bound.busiest, above.initial + 1) if above is not None else bound.busiest
     best, best_run, ahead = static_best(searching, lo, hi, start, tick, then)
     return Footing(bound, best, best_run, best if best is not None else hi, ahead)
-
-
-def deployable(document: PolicyFile, result: RunResult, cold_start_s: float) -> dict[str, Any]:
-    """The policy file that runs ``result``'s policy on the first workload as the comparison ran it: the
-    setting ``tune`` found (``result.tuned``) or the file's own block for the type (its defaults if the
-    file sets another type), and the cold start simulated unless the file measures it (``auto``). The
-    other workloads stay as they are. Defaults are left out; the file parses back to the same policy."""
-    workload = document.workloads[0]
-    policy_type = result.policy
-    if result.tuned:
-        _, variant = knob_variant(document, workload, policy_type, result.tuned)
-    else:
-        _, variant = policy_variant(document, workload, policy_block(workload, policy_type))
-    if variant.cold_start_seconds != "auto":
-        variant = variant.model_copy(update={"cold_start_seconds": max(0, round(cold_start_s))})
-    written = document.model_copy(update={"workloads": [variant, *document.workloads[1:]]})
-    raw = written.model_dump(by_alias=True, exclude_defaults=True, mode="json")
-    # Defaults that say what the file is about stay: the tick, the target's kind, the metrics' target
-    # types, and the policy block even where it is the default one (threshold).
-    full = workload_dict(variant)
-    raw = {"interval": written.interval, **raw}
-    raw["workloads"][0].update(
-        target=full["target"],
-        coldStartSeconds=full["coldStartSeconds"],
-        metrics=full["metrics"],
-        policy=dict(variant.policy),
-    )
-    return raw
 
 
 @dataclass(frozen=True)

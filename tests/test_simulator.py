@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from autoscaler.cli import main
-from simulations.compare import builtin_policy, compare
+from simulations.builtin import builtin_policy
+from simulations.compare import compare
 from simulations.contenders import keda_contender
 from simulations.fleet import Fleet, share_processor
 from simulations.oracle import oracle_bound
@@ -982,7 +983,7 @@ def test_tuned_predictive_with_pooling_still_costs_no_more_than_tuned_threshold(
 
 def test_tuning_runs_the_safe_end_last_and_reports_it_when_no_setting_meets_the_slo() -> None:
     from policies.policy_file import parse_policy_document
-    from simulations.compare import builtin_document
+    from simulations.builtin import builtin_document
     from simulations.tuning import tune
 
     trace = synthetic_day(seed=1, mean_rps=3.0, hours=0.1, bursts=0)
@@ -1204,7 +1205,7 @@ def test_the_written_file_runs_predictive_at_threshold_capacity_as_tuning_found_
     """Tuning may find predictive's cheapest setting in threshold's decisions: its targets scaled, headroom
     0 and its extras off. The file written from it scales the targets as the run did."""
     from policies.policy_file import parse_policy_document
-    from simulations.compare import deployable
+    from simulations.deployable import deployable
     from simulations.tuning import knob_variant
 
     document = builtin_policy(ReplicaModel(prefill_tokens_per_s=987.654321))
@@ -1221,7 +1222,7 @@ def test_the_written_file_runs_predictive_at_threshold_capacity_as_tuning_found_
 
 def test_the_written_file_keeps_the_other_workloads_and_a_measured_cold_start() -> None:
     from policies.policy_file import parse_policy_document
-    from simulations.compare import deployable
+    from simulations.deployable import deployable
 
     raw = builtin_policy().workloads[0].model_dump(by_alias=True, exclude_none=True, mode="json")
     first = {**raw, "coldStartSeconds": "auto"}

@@ -12,7 +12,7 @@ import pytest
 import simulations.sizing as sizing
 from autoscaler.cli import main
 from policies.predictive import default_headroom
-from simulations.compare import builtin_document, builtin_policy
+from simulations.builtin import builtin_document, builtin_policy
 from simulations.replica_model import ReplicaModel
 from simulations.sizing import (
     LEAST_SHARE,
