@@ -34,10 +34,9 @@ from typing import Any
 
 import numpy as np
 import requests
-import yaml
 
 from autoscaler.logs import configure
-from autoscaler.testing.kube import KubeServer
+from autoscaler.testing.kube import KubeServer, rbac_rules
 from autoscaler.testing.servers import Unavailable
 
 NAMESPACES = ("llm-a", "llm-b", "llm-c", "llm-d")
@@ -79,11 +78,7 @@ def _cluster(kube: KubeServer, targets: list[tuple[str, str]], workdir: Path) ->
 
 
 def _identity(kube: KubeServer, home: str, namespaces: list[str], name: str) -> str:
-    rules: list[dict[str, Any]] = []
-    for path in sorted(DEPLOY_CONTROLLER.glob("*rbac*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc["kind"] in ("Role", "ClusterRole"):
-                rules += doc["rules"]
+    rules = rbac_rules(sorted(DEPLOY_CONTROLLER.glob("*rbac*.yaml")))
     if not rules:
         return kube.env["KUBE_ADMIN_TOKEN"]
     token = kube.service_account_token(home, name)

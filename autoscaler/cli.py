@@ -240,7 +240,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from simulations.replay import check_names, plot_decisions, replay, scale_events, write_decisions
+    from simulations.replay import (
+        DECISION_HEADER,
+        check_names,
+        decision_fields,
+        plot_decisions,
+        replay,
+        scale_events,
+        write_decisions,
+    )
 
     document = _load(args.config)
     if document is None:
@@ -263,17 +271,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         elif args.output != "json":
             write_decisions(sys.stdout, rows)
         if args.output == "json":
-            decisions = [
-                {
-                    "timestamp": r.label,
-                    "workload": r.workload,
-                    "current_replicas": r.decision.current,
-                    "recommended_replicas": r.decision.recommended,
-                    "desired_replicas": r.decision.desired,
-                    "reason": r.decision.reason,
-                }
-                for r in rows
-            ]
+            decisions = [dict(zip(DECISION_HEADER, decision_fields(r), strict=True)) for r in rows]
             summary = {"ticks": len(ticks), "scale_events": scale_events(rows), "decisions": decisions}
             print(json.dumps(summary, indent=2))
         if args.plot:

@@ -85,12 +85,16 @@ def scale_events(rows: list[ReplayRow]) -> int:
     return events
 
 
+def decision_fields(row: ReplayRow) -> list[str | int]:
+    """One decision as the columns of ``DECISION_HEADER``: the CSV's row and ``-o json``'s object."""
+    d = row.decision
+    return [row.label, row.workload, d.current, d.recommended, d.desired, d.reason]
+
+
 def write_decisions(handle: TextIO, rows: list[ReplayRow]) -> None:
     writer = csv.writer(handle, lineterminator="\n")
     writer.writerow(DECISION_HEADER)
-    for row in rows:
-        d = row.decision
-        writer.writerow([row.label, row.workload, d.current, d.recommended, d.desired, d.reason])
+    writer.writerows(decision_fields(row) for row in rows)
 
 
 def plot_decisions(path: str | Path, policy: PolicyFile, rows: list[ReplayRow]) -> None:

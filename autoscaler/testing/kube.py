@@ -196,7 +196,8 @@ class KubeServer:
         )
         return path
 
-    def kubectl(self, *args: str, check: bool = True, kubeconfig: Path | None = None) -> str:
+    def kubectl(self, *args: str, kubeconfig: Path | None = None) -> str:
+        """kubectl's standard output; a failure raises with its standard error."""
         done = subprocess.run(
             ["kubectl", "--kubeconfig", str(kubeconfig or self.admin_kubeconfig), *args],
             capture_output=True,
@@ -204,9 +205,9 @@ class KubeServer:
             timeout=120,
             stdin=subprocess.DEVNULL,
         )
-        if check and done.returncode != 0:
+        if done.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout + done.stderr if not check else done.stdout
+        return done.stdout
 
     # -- objects --------------------------------------------------------------------------------------
 
@@ -308,6 +309,16 @@ class KubeServer:
                 continue
             events.append(event)
         return events
+
+
+def rbac_rules(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every rule of the Roles and ClusterRoles in these manifest files, in order."""
+    rules: list[dict[str, Any]] = []
+    for path in paths:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] in ("Role", "ClusterRole"):
+                rules += doc["rules"]
+    return rules
 
 
 def service_account_user(namespace: str, name: str) -> str:

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
-from autoscaler.testing.kube import Kubelet, KubeServer, find_kube_dir, service_account_user
+from autoscaler.testing.kube import Kubelet, KubeServer, find_kube_dir, rbac_rules, service_account_user
 from autoscaler.testing.servers import PrometheusServer, Unavailable, VllmExporter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,11 +60,10 @@ def shared_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[V
     server.close()
 
 
-@pytest.fixture(scope="session")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
-    """The real kube-apiserver of ``../shared/kube``, with its audit log on, for the whole session."""
+def real_kube(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[KubeServer]:
+    """A real kube-apiserver of ``../shared/kube`` with its audit log on, started for a fixture's scope."""
     try:
-        server = KubeServer(tmp_path_factory.mktemp("kube"), find_kube_dir(ROOT))
+        server = KubeServer(tmp_path_factory.mktemp(name), find_kube_dir(ROOT))
     except Unavailable as exc:
         unavailable(exc)
     server.start()
@@ -73,14 +71,15 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
+    """One server for the whole session (each xdist worker's), each test in a namespace of its own."""
+    yield from real_kube(tmp_path_factory, "kube")
+
+
 def shipped_rules() -> list[dict[str, Any]]:
     """Every rule the manifests grant the controller (its ClusterRole and its own namespace's Role)."""
-    rules: list[dict[str, Any]] = []
-    for path in sorted((DEPLOY / "controller").glob("*rbac*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc["kind"] in ("Role", "ClusterRole"):
-                rules += doc["rules"]
-    return rules
+    return rbac_rules(sorted((DEPLOY / "controller").glob("*rbac*.yaml")))
 
 
 @dataclass
@@ -117,6 +116,10 @@ class Cluster:
 
     def replicas(self, name: str) -> int:
         return self.kube.replicas(self.namespace, name)
+
+    def ready_replicas(self, name: str) -> int:
+        status = client.AppsV1Api(self.admin).read_namespaced_deployment(name, self.namespace).status
+        return int((status.ready_replicas if status else 0) or 0)
 
     def kubelet(self, startup_delay: float = 0.0) -> Kubelet:
         return Kubelet(self.admin, self.namespace, startup_delay)

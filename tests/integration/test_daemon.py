@@ -383,16 +383,7 @@ def test_cold_start_is_measured(cluster: Cluster, loaded: PrometheusServer) -> N
     with cluster.kubelet(startup_delay=1.0):
         controller = _controller(cluster, loaded.url, coldStartSeconds="auto", policy={"type": "predictive"})
         assert controller.tick()[0]["applied"]
-        wait_for(
-            lambda: (
-                client.AppsV1Api(cluster.admin)
-                .read_namespaced_deployment(NAME, cluster.namespace)
-                .status.ready_replicas
-                == 6
-            ),
-            10,
-            "the new pods ready",
-        )
+        wait_for(lambda: cluster.ready_replicas(NAME) == 6, 10, "the new pods ready")
         with capture_logs() as logs:
             controller.tick()
     measured = [e for e in logs if e["event"] == "cold-start-measured"]
@@ -636,16 +627,7 @@ def test_state_survives_a_restart_and_status_shows_it(
     with cluster.kubelet(startup_delay=1.5):
         second = _controller(cluster, loaded.url, **workload)
         second.store = ConfigMapStateStore(api, cluster.namespace)
-        wait_for(
-            lambda: (
-                client.AppsV1Api(cluster.admin)
-                .read_namespaced_deployment(NAME, cluster.namespace)
-                .status.ready_replicas
-                == 6
-            ),
-            10,
-            "the new pods ready",
-        )
+        wait_for(lambda: cluster.ready_replicas(NAME) == 6, 10, "the new pods ready")
         with capture_logs() as logs:
             second.tick()
     assert any(e["event"] == "state-restored" for e in logs)

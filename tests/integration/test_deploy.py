@@ -19,9 +19,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from autoscaler.testing.fault_proxy import FaultProxy
-from autoscaler.testing.kube import Kubelet, KubeServer, find_kube_dir, service_account_user
-from autoscaler.testing.servers import PrometheusServer, Unavailable, VllmExporter, free_port, start_daemon, wait_for
-from tests.integration.conftest import DEPLOY, ROOT, unavailable
+from autoscaler.testing.kube import Kubelet, KubeServer, rbac_rules, service_account_user
+from autoscaler.testing.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
+from tests.integration.conftest import DEPLOY, real_kube
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("deploy")]
 OVERLAYS = sorted(p.parent.name for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
@@ -33,13 +33,7 @@ WORKLOAD, STATEFUL, OWNED = "vllm-llama3-70b", "vllm-stateful", "vllm-hpa-owned"
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
     """A server of this module's own: nothing installed on it but what these tests apply."""
-    try:
-        server = KubeServer(tmp_path_factory.mktemp("fresh-kube"), find_kube_dir(ROOT))
-    except Unavailable as exc:
-        unavailable(exc)
-    server.start()
-    yield server
-    server.stop()
+    yield from real_kube(tmp_path_factory, "fresh-kube")
 
 
 def apply(kube: KubeServer, directory: Path) -> str:
@@ -138,11 +132,7 @@ def prepare_targets(kube: KubeServer) -> None:
 
 
 def granted(paths: list[Path]) -> set[tuple[str, str, str]]:
-    rules = []
-    for path in paths:
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc["kind"] in ("Role", "ClusterRole"):
-                rules += doc["rules"]
+    rules = rbac_rules(paths)
     return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
 
 
