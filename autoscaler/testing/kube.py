@@ -9,6 +9,7 @@ part the server lacks by writing a Deployment's ``status`` as pods would become 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -121,12 +122,14 @@ class KubeServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         policy = self.workdir / "audit-policy.yaml"
         policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        bin_dir = Path(os.environ.get("KUBE_BIN_DIR", str(Path.home() / ".cache" / "kube-test-bin")))
         environment = {
             **os.environ,
             "KUBE_APISERVER_ARGS": f"--audit-policy-file={policy} --audit-log-path={self.audit_log} "
             "--audit-log-mode=blocking --audit-log-maxsize=0",
-            "KUBE_BIN_DIR": os.environ.get("KUBE_BIN_DIR", str(Path.home() / ".cache" / "kube-test-bin")),
+            "KUBE_BIN_DIR": str(bin_dir),
         }
+        self._unpack(bin_dir, environment)
         script = f'. "{self.kube_dir / "start.sh"}"; start_kube >&2 && env -0'
         done = subprocess.run(
             ["bash", "-c", script], env=environment, capture_output=True, timeout=240, stdin=subprocess.DEVNULL
@@ -137,6 +140,25 @@ class KubeServer:
             key, _, value = entry.decode(errors="replace").partition("=")
             if key.startswith("KUBE"):
                 self.env[key] = value
+
+    def _unpack(self, bin_dir: Path, environment: dict[str, str]) -> None:
+        """Unpack the binaries once, under a lock, before any start.
+
+        ``start.sh`` unpacks through one ``.tmp`` file per binary, so two servers starting at once on a fresh
+        machine (one per xdist worker) race on it: one renames the file away under the other's ``chmod``.
+        """
+        bin_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{bin_dir}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = subprocess.run(
+                ["bash", "-c", f'. "{self.kube_dir / "start.sh"}"; _kube_unpack'],
+                env=environment,
+                capture_output=True,
+                timeout=240,
+                stdin=subprocess.DEVNULL,
+            )
+        if done.returncode != 0:
+            raise RuntimeError(f"unpacking the kube binaries failed: {done.stderr.decode(errors='replace')[-2000:]}")
 
     def stop(self) -> None:
         if not self.env:
