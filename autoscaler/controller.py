@@ -40,6 +40,9 @@ from policies.policy_file import PolicyFile, PolicyFileError, Workload, parse_po
 log = get_logger("autoscaler.controller")
 
 
+EVENT_REASONS = {Reason.SCALED_TO_ZERO: "ScaledToZero", Reason.ACTIVATED: "Activated"}
+
+
 @dataclass
 class WorkloadRuntime:
     workload: Workload
@@ -261,7 +264,13 @@ class Controller:
             self.telemetry.decisions.labels(key, "paused").inc()
             return self._log(line)
 
-        observation = Observation(now, state.replicas, metrics.values, state.ready)
+        if workload.activation is not None:
+            line.update(activation=metrics.activation, activity=metrics.activity)
+            if self.actuator.dry_run and state.replicas == 0:
+                runtime.decider.zero.asleep = True  # shadow mode: nothing is written, so decide on any zero
+        observation = Observation(
+            now, state.replicas, metrics.values, state.ready, metrics.activation, metrics.activity
+        )
         decision = runtime.decider.decide(observation)
         self._metrics_events(runtime, decision, metrics)
         return self._act(runtime, state, decision, line)
@@ -362,7 +371,7 @@ class Controller:
             self.actuator.event(
                 workload.target,
                 "Normal",
-                "SuccessfulRescale",
+                EVENT_REASONS.get(decision.reason, "SuccessfulRescale"),
                 f"New size: {desired}; reason: {decision.reason} (from {state.replicas})",
             )
             return self._log(line)
@@ -439,6 +448,7 @@ class Controller:
                 last = record.last_scale
                 runtime.last_scale = (last.at, last.from_replicas, last.to, last.reason)
             restore_behavior(runtime.decider.behavior_state, record.behavior, to_now)
+            runtime.decider.zero.asleep = record.scaled_to_zero
         log.info("state-restored", workloads=sorted(set(records) & set(self.runtime)))
 
     def _persist(self, lines: list[dict[str, Any]], wall: float, now: float) -> None:
@@ -480,6 +490,7 @@ class Controller:
                 owners=line.get("owners", []),
                 owner_desired=line.get("owner_desired"),
                 behavior=dump_behavior(runtime.decider.behavior_state, to_wall),
+                scaled_to_zero=runtime.decider.zero.asleep,
             )
         try:
             self.store.save(records)

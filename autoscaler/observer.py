@@ -9,7 +9,8 @@ handful of requests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from autoscaler.logs import get_logger
 from autoscaler.metrics.queries import (
@@ -26,10 +27,16 @@ from policies.policy_file import PolicyFile, Workload
 log = get_logger("autoscaler.observer")
 
 
+# What tells a workload that may go to zero whether a request is in any replica (policies.activation.idle).
+ACTIVITY_METRICS = ("num_requests_running", "num_requests_waiting", "prompt_tokens_per_second")
+
+
 @dataclass(frozen=True)
 class WorkloadMetrics:
     values: dict[str, float | None]
     failures: dict[str, QueryResult] = field(default_factory=dict)
+    activation: float | None = None  # with an ``activation`` block: its query's value
+    activity: float | None = None  # and the sum of ACTIVITY_METRICS over its pods; None unless all have one
 
     @property
     def all_failed(self) -> bool:
@@ -43,6 +50,9 @@ class Observer:
         self.queries = {w.key: metric_queries(w) for w in document.workloads}  # also validates every metric
         self.custom = {w.key: {m.name: m.query for m in w.metrics if m.query} for w in document.workloads}
         self.batched = {w.key: [m.name for m in w.metrics if not m.query] for w in document.workloads}
+        self.activations = {w.key: w.activation.query for w in document.workloads if w.activation is not None}
+        for key in self.activations:
+            self.batched[key] = list(dict.fromkeys([*self.batched[key], *ACTIVITY_METRICS]))
         namespaces: dict[str, list[str]] = {}
         for workload in document.workloads:
             for name in self.batched[workload.key]:
@@ -56,13 +66,14 @@ class Observer:
         self.ages: dict[tuple[str, str], float] = {}  # (namespace, pod): its newest sample's age at the last collect
 
     def requests_per_tick(self) -> int:
-        custom = len({q for per in self.custom.values() for q in per.values() if q})
-        return len(self.batches) + custom + (self.freshness is not None)
+        return len(self.batches) + len(self._custom_queries()) + (self.freshness is not None)
+
+    def _custom_queries(self) -> list[str]:
+        own = [q for per in self.custom.values() for q in per.values() if q]
+        return list(dict.fromkeys([*own, *self.activations.values()]))
 
     def collect(self, now: float) -> dict[str, WorkloadMetrics]:
-        custom = self.source.query(
-            list(dict.fromkeys(q for per in self.custom.values() for q in per.values() if q)), now
-        )
+        custom = self.source.query(self._custom_queries(), now)
         vectors = {key: self.source.query_vector(query, now) for key, query in self.batches.items()}
         by_pod = {key: self._index(vector) for key, vector in vectors.items()}
         self.last_latencies = [r.latency_s for r in custom.values()] + [v.latency_s for v in vectors.values()]
@@ -94,7 +105,37 @@ class Observer:
                         query=self.queries[key][metric.name],
                     )
             observed[key] = WorkloadMetrics(values, failures)
+            if key in self.activations:
+                observed[key] = self._with_activation(workload, observed[key], custom, vectors, by_pod)
         return observed
+
+    def _with_activation(
+        self,
+        workload: Workload,
+        metrics: WorkloadMetrics,
+        custom: Mapping[str, QueryResult],
+        vectors: dict[str, VectorResult],
+        by_pod: dict[str, dict[str, list[tuple[dict[str, str], float]]]],
+    ) -> WorkloadMetrics:
+        """The activation query's value, and the replicas' activity: no series for a pod that has one (a
+        zero-replica fleet, a scrape that failed) is no value, never "no requests"."""
+        gateway = custom[self.activations[workload.key]]
+        if not gateway.ok:
+            metrics.failures["activation"] = gateway
+            log.warning(
+                "metric-unavailable",
+                workload=workload.key,
+                metric="activation",
+                reason=str(gateway.failure),
+                detail=gateway.detail,
+                query=self.activations[workload.key],
+            )
+        parts = [
+            self._from_batch(workload, name, vectors[batch_key(name)], by_pod[batch_key(name)]).value
+            for name in ACTIVITY_METRICS
+        ]
+        activity = None if any(p is None for p in parts) else float(sum(p for p in parts if p is not None))
+        return replace(metrics, activation=gateway.value, activity=activity)
 
     def _age(self, namespace: str, labels: dict[str, str]) -> float:
         """A pod's newest sample's age; 0 where the freshness query said nothing of it (no evidence of age)."""

@@ -58,6 +58,7 @@ class WorkloadRecord(BaseModel):
     owners: list[str] = Field(default_factory=list)
     owner_desired: int | None = None
     behavior: dict[str, list[list[float]]] = Field(default_factory=dict)  # wall-clock times
+    scaled_to_zero: bool = False  # the target's zero is this controller's own: the only zero it wakes
 
 
 def record_key(workload_key: str, kind: str) -> str:

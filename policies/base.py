@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from policies.spec import MetricSpec, ResolvedBehavior
+from policies.spec import Activation, MetricSpec, ResolvedBehavior
 
 MAX_METRIC_VALUE = 1e12
 """Larger than any fleet's signal (a million replicas with a million waiting requests each): a value past it
@@ -35,6 +35,10 @@ class Observation:
     current_replicas: int
     metrics: Mapping[str, float | None]
     ready_replicas: int | None = None
+    # With an ``activation`` block: its query's value, and the replicas' own activity (running plus waiting
+    # requests plus prompt tokens per second; 0 only when no request is anywhere in them).
+    activation: float | None = None
+    activity: float | None = None
 
     def value(self, name: str) -> float | None:
         value = self.metrics.get(name)
@@ -56,6 +60,7 @@ class WorkloadContext:
     interval: float
     cold_start_seconds: float
     behavior: ResolvedBehavior
+    activation: Activation | None = None  # set: the workload may go to zero (``min_replicas`` is its floor awake)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from policies.activation import ZeroState, as_one_replica, idle_for, woken
 from policies.base import Observation, Policy, WorkloadContext
 from policies.behavior import BehaviorState, Limit, normalize
 from policies.cold_start import ColdStartEstimator
@@ -28,6 +29,8 @@ class Reason:
     METRICS_UNAVAILABLE = "metrics-unavailable"
     FALLBACK = "fallback"
     SCALING_DISABLED = "scaling-disabled"
+    SCALED_TO_ZERO = "scaled-to-zero"
+    ACTIVATED = "activated"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class WorkloadDecider:
         self.failures = 0
         self.cold_starts = ColdStartEstimator()
         self.auto_cold_start = False  # coldStartSeconds: auto, the measured cold start replaces the default
+        self.zero = ZeroState()
 
     @property
     def behavior(self) -> ResolvedBehavior:
@@ -88,12 +92,20 @@ class WorkloadDecider:
         now, current = observation.now, observation.current_replicas
         lo, hi = self.ctx.min_replicas, self.ctx.max_replicas
         self.behavior_state.record_initial(current, now)
-        if current == 0 and lo != 0:
-            return Decision(now, current, 0, 0, Reason.SCALING_DISABLED)
+        activation = self.ctx.activation
+        if current == 0:
+            if activation is None or not self.zero.asleep:
+                return Decision(now, current, 0, 0, Reason.SCALING_DISABLED)  # zero by hand: left alone
+            return self._at_zero(observation)
+        self.zero.asleep = False  # awake, whoever woke it
         if current > hi:
             return Decision(now, current, hi, hi, Reason.BOUNDS)
         if current < lo:
             return Decision(now, current, lo, lo, Reason.BOUNDS)
+        if activation is not None:
+            idle = idle_for(self.zero, activation, observation)
+            if idle is not None and idle >= activation.idle_seconds:
+                return Decision(now, current, 0, 0, Reason.SCALED_TO_ZERO, {"idle_seconds": idle})
 
         proposal = self.policy.recommend(observation)
         details: dict[str, Any] = {"policy": dict(proposal.details)}
@@ -125,7 +137,25 @@ class WorkloadDecider:
             reason = base_reason
         return Decision(now, current, raw, result.desired, reason, details)
 
+    def _at_zero(self, observation: Observation) -> Decision:
+        """A zero this controller set: wake on the activation signal (``policies.activation``)."""
+        assert self.ctx.activation is not None
+        now, hi = observation.now, self.ctx.max_replicas
+        wake = woken(self.ctx.activation, observation)
+        details: dict[str, Any] = {"activation": observation.activation}
+        if wake is None:
+            return Decision(now, 0, 0, 0, Reason.METRICS_UNAVAILABLE, details)
+        if not wake:
+            return Decision(now, 0, 0, 0, Reason.SCALED_TO_ZERO, details)
+        proposal = self.policy.recommend(as_one_replica(observation))
+        details["policy"] = dict(proposal.details)
+        raw = max(proposal.replicas or 1, 1, self.ctx.min_replicas)
+        return Decision(now, 0, raw, min(raw, hi), Reason.ACTIVATED, details)
+
     def applied(self, decision: Decision) -> None:
-        """The decision's count was written (or, offline, took effect): remember it for the rate limits."""
+        """The decision's count was written (or, offline, took effect): remember it for the rate limits,
+        and a zero of this controller's own, the only one it wakes."""
         if decision.changes:
             self.behavior_state.store_scale_event(self.behavior, decision.current, decision.desired, decision.now)
+            if decision.desired == 0:
+                self.zero = ZeroState(asleep=True)

@@ -21,7 +21,16 @@ from policies.base import Policy, WorkloadContext
 from policies.behavior import BehaviorState
 from policies.metric_names import BUILTIN_METRIC_NAMES
 from policies.pipeline import WorkloadDecider
-from policies.spec import DURATION_SCHEMA, Behavior, Duration, Fallback, MetricSpec, StrictModel, parse_duration
+from policies.spec import (
+    DURATION_SCHEMA,
+    Activation,
+    Behavior,
+    Duration,
+    Fallback,
+    MetricSpec,
+    StrictModel,
+    parse_duration,
+)
 
 DEFAULT_COLD_START_SECONDS = 300
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -64,7 +73,7 @@ class PrometheusConfig(StrictModel):
 
 class Workload(StrictModel):
     target: TargetRef
-    min_replicas: int = Field(default=1, alias="minReplicas", ge=1)
+    min_replicas: int = Field(default=1, alias="minReplicas", ge=0)
     max_replicas: int = Field(alias="maxReplicas", ge=1)
     cold_start_seconds: ColdStart = Field(default=DEFAULT_COLD_START_SECONDS, alias="coldStartSeconds")
     metrics: list[MetricSpec] = Field(min_length=1)
@@ -72,6 +81,7 @@ class Workload(StrictModel):
     behavior: Behavior = Behavior()
     fallback: Fallback = Fallback()
     replicas_query: str | None = Field(default=None, alias="replicasQuery")
+    activation: Activation | None = None
 
     @property
     def key(self) -> str:
@@ -89,11 +99,12 @@ class Workload(StrictModel):
             cold = float(self.cold_start_seconds)
         return WorkloadContext(
             metrics=tuple(self.metrics),
-            min_replicas=self.min_replicas,
+            min_replicas=max(self.min_replicas, 1),  # awake; zero is the activation block's to decide
             max_replicas=self.max_replicas,
             interval=interval,
             cold_start_seconds=cold,
             behavior=self.behavior.resolved(),
+            activation=self.activation,
         )
 
     def build_policy(self, interval: float, state: Any = None) -> Policy:
@@ -118,6 +129,7 @@ class PolicyFile(StrictModel):
         decider.auto_cold_start = workload.cold_start_seconds == "auto"
         if previous is not None:
             decider.failures = previous.failures
+            decider.zero = previous.zero
             decider.cold_starts = previous.cold_starts
             decider.cold_start_measured()  # a reload keeps the measured cold start
         return decider
@@ -213,6 +225,16 @@ def _workload_problems(index: int, raw: dict[str, Any], interval: Any) -> list[s
     lo, hi = raw.get("minReplicas", 1), raw.get("maxReplicas")
     if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
         problems.append(f"{where}.minReplicas: must not exceed maxReplicas ({lo} > {hi})")
+    if lo == 0 and raw.get("activation") is None:
+        problems.append(
+            f"{where}.minReplicas: 0 needs an 'activation' block: at zero no replica reports a metric, so only a "
+            "query with a value while no replica exists (the gateway's queued or arriving requests) can wake it "
+            "(docs/policy-file.md#scale-to-zero)"
+        )
+    elif raw.get("activation") is not None and isinstance(lo, int) and lo > 0:
+        problems.append(
+            f"{where}.activation: applies only with minReplicas: 0 (here {lo}); remove it, or set minReplicas: 0"
+        )
     metrics = raw.get("metrics")
     if isinstance(metrics, list):
         names = [m.get("name") for m in metrics if isinstance(m, dict)]

@@ -165,3 +165,19 @@ class Fallback(StrictModel):
 
     failure_threshold: int = Field(default=3, alias="failureThreshold", ge=1)
     replicas: int | None = Field(default=None, ge=0)
+
+
+class Activation(StrictModel):
+    """What wakes a workload at zero replicas, and how long it must be idle before it goes there
+    (docs/policy-file.md#scale-to-zero). ``query`` must still have a value when no replica exists: the
+    replicas' own metrics have none then."""
+
+    query: str = Field(min_length=1, description="PromQL with a value while no replica exists (the gateway's)")
+    threshold: float = Field(default=0.0, ge=0, description="above it, a workload at zero wakes")
+    idle_seconds: Duration = Field(
+        default=600,
+        alias="idleSeconds",
+        ge=1,
+        le=7 * 86400,
+        description="no request at the gateway or in any replica for this long before it goes to zero",
+    )

@@ -77,7 +77,7 @@ def _problems(document: dict[str, object]) -> list[str]:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        ({"minReplicas": 0}, "workloads[0].minReplicas: Input should be greater than or equal to 1"),
+        ({"minReplicas": -1}, "workloads[0].minReplicas: Input should be greater than or equal to 0"),
         ({"minReplicas": 5, "maxReplicas": 3}, "workloads[0].minReplicas: must not exceed maxReplicas (5 > 3)"),
         ({"metrics": []}, "workloads[0].metrics: List should have at least 1 item after validation, not 0"),
         ({"surprise": 1}, "workloads[0].surprise: unknown key"),
