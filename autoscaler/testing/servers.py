@@ -124,10 +124,13 @@ class VllmExporter:
         model: str = "meta-llama/Meta-Llama-3-70B-Instruct",
         stateful: bool = False,
         stamped_at: float | None = None,
+        running: list[float] | None = None,
+        prompt_tokens: float = 0.0,
     ) -> None:
         """One vLLM pod per list entry, named as a Deployment (or a StatefulSet) names its pods; the
         workload's pods set before are replaced. ``stamped_at`` exposes every sample with that timestamp
-        (Unix seconds), as an exporter that froze then would."""
+        (Unix seconds), as an exporter that froze then would. Each pod runs 4 requests unless ``running``
+        says otherwise, and its prompt-token counter stands at ``prompt_tokens`` (a rate of 0)."""
         names = [
             f"{deployment}-{i}" if stateful else f"{deployment}-7d9f8c6b5-{chr(97 + i)}x{i}z9"
             for i in range(len(waiting))
@@ -148,7 +151,8 @@ class VllmExporter:
         for i, pod in enumerate(names):
             labels = {"namespace": namespace, "pod": pod, "model_name": model, "engine": "0"}
             self.set("vllm:num_requests_waiting", waiting[i], **labels)
-            self.set("vllm:num_requests_running", 4.0, **labels)
+            self.set("vllm:num_requests_running", 4.0 if running is None else running[i], **labels)
+            self.set("vllm:prompt_tokens_total", prompt_tokens, **labels)
             if kv is not None:
                 self.set("vllm:kv_cache_usage_perc", kv[i], **labels)
             if old_kv is not None:
