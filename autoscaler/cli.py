@@ -33,6 +33,7 @@ from simulations.recorded import RecordedMetricsError, read_ticks
 if TYPE_CHECKING:
     from autoscaler.settings import Settings
     from simulations.compare import Comparison
+    from simulations.replica_model import ReplicaModel
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
@@ -373,7 +374,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     window = {} if args.window is None else {"window_s": list(args.window)}
     data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale, **window, **sizing})
-    print(json.dumps(data, indent=2) if args.output == "json" else reporting.table(data))
+    if args.output != "json":
+        print(reporting.table(data), flush=True)
+    if _builtin_scenarios(args):
+        idle = _idle_model(model, document, args)
+        data["scale_to_zero"] = reporting.report(idle, {"seed": args.seed})
+        if args.output != "json":
+            print("\nA low-traffic model with idle hours, allowed to scale to zero (minReplicas 0, activation):")
+            print(reporting.table(data["scale_to_zero"]))
+    if args.output == "json":
+        print(json.dumps(data, indent=2))
     if not QUIET["on"]:
         print(f"(simulated in {comparison.elapsed_s:.1f} s)", file=sys.stderr)
     written = args.out
@@ -394,6 +404,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _write_failed(exc, written)
     return EXIT_OK
+
+
+def _builtin_scenarios(args: argparse.Namespace) -> bool:
+    """``simulate`` with nothing chosen runs the built-in scenarios: the built-in day, then the idle model."""
+    chosen = (args.trace, args.config, args.window, args.policy, args.lengths_from, args.format)
+    return all(c is None or c == [] for c in chosen) and not args.tune and args.time_scale == 1.0
+
+
+def _idle_model(model: ReplicaModel, document: PolicyFile, args: argparse.Namespace) -> Comparison:
+    """The built-in low-traffic model with idle hours (``builtin.idle_model_document``), compared as the day is."""
+    from simulations.builtin import idle_model_document
+    from simulations.compare import compare
+    from simulations.traces import synthetic_idle
+
+    idle = idle_model_document(document)
+    return compare(
+        synthetic_idle(args.seed), model, idle, ["predictive"], args.slo_ttft, args.slo_target, progress=not QUIET["on"]
+    )
 
 
 SIMULATED_START = 1_767_225_600.0  # 2026-01-01T00:00:00Z: recorded stamps of a simulated run start here

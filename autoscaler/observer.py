@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.logs import get_logger
 from autoscaler.metrics.queries import (
+    ACTIVITY_METRICS,
     aggregate,
     batch_key,
     batched_query,
@@ -25,10 +26,6 @@ from autoscaler.metrics.source import Failure, MetricSource, QueryResult, Vector
 from policies.policy_file import PolicyFile, Workload
 
 log = get_logger("autoscaler.observer")
-
-
-# What tells a workload that may go to zero whether a request is in any replica (policies.activation.idle).
-ACTIVITY_METRICS = ("num_requests_running", "num_requests_waiting", "prompt_tokens_per_second")
 
 
 @dataclass(frozen=True)

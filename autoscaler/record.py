@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.queries import metric_queries, replicas_query, spec_replicas_query
+from autoscaler.metrics.queries import activity_query, metric_queries, replicas_query, spec_replicas_query
 from autoscaler.metrics.source import Failure, MetricSource
 from policies.policy_file import PolicyFile
-from simulations.recorded import READY_REPLICAS, REPLICAS, write_rows
+from simulations.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS, write_rows
 
 log = get_logger("autoscaler.record")
 PROMETHEUS_FAILURES = {Failure.HTTP_ERROR, Failure.TIMEOUT, Failure.UNREACHABLE, Failure.BAD_RESPONSE}
@@ -32,6 +32,9 @@ def record(
         wanted = dict(metric_queries(workload))
         wanted[REPLICAS] = spec_replicas_query(workload)  # what was asked for: replay decides from it
         wanted[READY_REPLICAS] = replicas_query(workload)
+        if workload.activation is not None:
+            wanted[ACTIVATION] = workload.activation.query
+            wanted[ACTIVITY] = activity_query(workload)
         for name, query in wanted.items():
             series = source.query_range(query, start, end, step)
             where = f"{workload.key} {name}"

@@ -204,3 +204,22 @@ def sized_builtin(
         "builtin_pooling_gain": gain,
     }
     return document, sizing
+
+
+IDLE_MODEL_MAX_REPLICAS = 4
+IDLE_MODEL_ACTIVATION = {
+    # The gateway's open requests for the model, as the simulator counts them (simulations.signals).
+    "query": 'sum(gateway_open_requests{model="builtin-idle"})',
+    "threshold": 0,
+    "idleSeconds": 600,
+}
+
+
+def idle_model_document(document: PolicyFile) -> PolicyFile:
+    """The built-in low-traffic model (``traces.synthetic_idle``): the built-in workload's targets, allowed to
+    go to zero through an activation block on the gateway's open requests, as ``simulate`` runs it beside
+    the built-in day to show what zero saves and what the first requests after it pay."""
+    raw = document.workloads[0].model_dump(by_alias=True, exclude_none=True, mode="json")
+    raw.update(minReplicas=0, maxReplicas=IDLE_MODEL_MAX_REPLICAS, activation=IDLE_MODEL_ACTIVATION)
+    raw["target"] = {**raw["target"], "name": "vllm-builtin-idle"}
+    return parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<built-in idle model>")

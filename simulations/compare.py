@@ -169,7 +169,7 @@ def footing(
     bound = above.bound if above is not None else oracle_bound(trace, model, lo, slo_ttft, slo_target)
     searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
     start = max(bound.busiest, above.initial + 1) if above is not None else bound.busiest
-    best, best_run, ahead = static_best(searching, lo, hi, start, tick, then)
+    best, best_run, ahead = static_best(searching, max(lo, 1), hi, start, tick, then)  # a fixed fleet serves
     return Footing(bound, best, best_run, best if best is not None else hi, ahead)
 
 

@@ -8,8 +8,9 @@ from typing import Any
 from policies.policy_file import PolicyFile, Workload, parse_policy_document
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender
-from simulations.signals import keda_signals, signals_for
+from simulations.signals import gateway_activation, keda_activation, keda_signals, signals_for
 
+KEDA_COOLDOWN_S = 300  # ScaledObject cooldownPeriod's default
 ARTICLE_BEHAVIOR = {
     "scaleUp": {"stabilizationWindowSeconds": 0, "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]},
     "scaleDown": {
@@ -49,7 +50,8 @@ def policy_contender(
     decider = document.decider(workload)
     decider.set_cold_start(model.cold_start_s)
     signals = signals_for([m.name for m in workload.metrics])
-    return Contender(name or workload.policy_type, float(document.interval), decider, signals, tuned=tuned)
+    zero = gateway_activation if workload.activation is not None else None
+    return Contender(name or workload.policy_type, float(document.interval), decider, signals, tuned=tuned, zero=zero)
 
 
 def keda_contender(document: PolicyFile, workload: Workload, model: ReplicaModel, average: bool) -> Contender:
@@ -76,6 +78,11 @@ def keda_contender(document: PolicyFile, workload: Workload, model: ReplicaModel
         behavior=ARTICLE_BEHAVIOR,
     )
     raw.pop("fallback", None)
+    if workload.activation is not None:
+        # KEDA's zero: the activation query as one more trigger, its activationThreshold the same; to zero
+        # when no trigger is active for cooldownPeriod (300 s by default); waking to 1, the HPA on from there.
+        raw["activation"] = {**raw["activation"], "idleSeconds": KEDA_COOLDOWN_S}
     doc = parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<keda>")
     name = "keda-avg" if average else "keda-sum"
-    return Contender(name, model.hpa_sync_s, doc.decider(doc.workloads[0]), keda_signals(average))
+    zero = keda_activation if workload.activation is not None else None
+    return Contender(name, model.hpa_sync_s, doc.decider(doc.workloads[0]), keda_signals(average), zero=zero)

@@ -232,6 +232,7 @@ class Fleet:
         self.ttft_at: list[float] = []
         self.ttft_value: list[float] = []
         self.replica_seconds = 0.0
+        self.left = 0  # requests finished or dropped: the gateway holds ``next_arrival - left`` open
         self.scrapes: deque[Scrape] = deque()
         self.last_scrape_at = -math.inf
         for _ in range(initial_replicas):
@@ -281,9 +282,11 @@ class Fleet:
         mine = self.r_rep == replica.index
         if mine.any():
             self.dropped[self.r_req[mine]] = True
+            self.left += int(mine.sum())
             self._keep(~mine)
         for req in replica.waiting:
             self.dropped[req] = True
+        self.left += len(replica.waiting)
         replica.waiting.clear()
         replica.running = 0
         replica.kv_reserved = 0.0
@@ -574,6 +577,7 @@ class Fleet:
         """The ``finished`` requests free their replicas' batch slots and KV cache at ``end``."""
         done = self.r_req[finished]
         self.finished[done] = end
+        self.left += len(done)
         for rep, kv in zip(self.r_rep[finished].tolist(), self.footprint[done].tolist(), strict=True):
             replica = self.replicas[rep]
             replica.running -= 1
@@ -624,6 +628,12 @@ class Fleet:
             return None
         first, last = window[0], window[-1]
         return float(getattr(last, attr) - getattr(first, attr)) / (last.at - first.at)
+
+    @property
+    def gateway_open(self) -> int:
+        """The requests the gateway holds open for the model: arrived, not yet finished or dropped (queued
+        at the gateway while no replica is ready, or being served)."""
+        return self.next_arrival - self.left
 
     @property
     def done(self) -> bool:

@@ -17,6 +17,8 @@ from typing import TextIO
 HEADER = ["timestamp", "workload", "metric", "value"]
 REPLICAS = "replicas"  # the target's spec.replicas: the count asked for
 READY_REPLICAS = "ready_replicas"  # how many of them were ready
+ACTIVATION = "activation"  # a workload with an activation block: its query's value
+ACTIVITY = "activity"  # and its replicas' activity (policies.activation)
 
 
 class RecordedMetricsError(ValueError):

@@ -10,7 +10,7 @@ from typing import TextIO
 from policies.base import Observation
 from policies.pipeline import Decision
 from policies.policy_file import PolicyFile
-from simulations.recorded import READY_REPLICAS, REPLICAS, RecordedMetricsError, Tick
+from simulations.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS, RecordedMetricsError, Tick
 
 DECISION_HEADER = [
     "timestamp",
@@ -32,7 +32,12 @@ class ReplayRow:
 
 def check_names(policy: PolicyFile, ticks: list[Tick], label: str) -> None:
     """Every row must name a workload of the policy file and one of its metrics (or ``replicas``)."""
-    known = {w.key: {m.name for m in w.metrics} | {REPLICAS, READY_REPLICAS} for w in policy.workloads}
+    known = {
+        w.key: {m.name for m in w.metrics}
+        | {REPLICAS, READY_REPLICAS}
+        | ({ACTIVATION, ACTIVITY} if w.activation else set())
+        for w in policy.workloads
+    }
     for tick in ticks:
         for (workload, metric), line in tick.lines.items():
             if workload not in known:
@@ -51,9 +56,10 @@ def check_names(policy: PolicyFile, ticks: list[Tick], label: str) -> None:
 
 def replay(policy: PolicyFile, ticks: list[Tick]) -> list[ReplayRow]:
     """Decide every workload at every tick. The count decided at a tick is the next tick's current count
-    unless the file records ``replicas`` there; without any, the first count is ``minReplicas``."""
+    unless the file records ``replicas`` there; without any, the first count is ``minReplicas`` (1 for a
+    workload that may go to zero: it goes there by itself)."""
     deciders = {w.key: policy.decider(w) for w in policy.workloads}
-    current = {w.key: w.min_replicas for w in policy.workloads}
+    current = {w.key: max(w.min_replicas, 1) for w in policy.workloads}
     rows: list[ReplayRow] = []
     for tick in ticks:
         for workload in policy.workloads:
@@ -64,7 +70,14 @@ def replay(policy: PolicyFile, ticks: list[Tick]) -> list[ReplayRow]:
             metrics = {m.name: recorded.get(m.name) for m in workload.metrics}
             decider = deciders[workload.key]
             decision = decider.decide(
-                Observation(tick.timestamp, count, metrics, None if ready is None else int(ready))
+                Observation(
+                    tick.timestamp,
+                    count,
+                    metrics,
+                    None if ready is None else int(ready),
+                    recorded.get(ACTIVATION),
+                    recorded.get(ACTIVITY),
+                )
             )
             decider.applied(decision)
             current[workload.key] = decision.desired

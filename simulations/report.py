@@ -153,7 +153,34 @@ def table(data: dict[str, Any]) -> str:
         f"SLO: TTFT beyond own prefill <= {m['slo_ttft_s']} s for {percent(m['slo_target'])} of requests; "
         f"cold start {m['cold_start_s']:.0f} s; replicas {m['min_replicas']}-{m['max_replicas']}"
     )
-    return title + "\n" + load_line(data["load"]) + "\n" + "\n".join(lines) + "\n" + verdict(data)
+    zero = zero_lines(data)
+    return title + "\n" + load_line(data["load"]) + "\n" + "\n".join(lines) + "\n" + verdict(data) + zero
+
+
+def zero_lines(data: dict[str, Any]) -> str:
+    """For each run whose fleet went to zero: the time it spent there, the GPU-hours against the fixed
+    fleet, and what the requests that arrived at zero waited for a first token (a cold start, about)."""
+    runs = {r["policy"]: r for r in data["results"]}
+    static = runs.get("static-best")
+    out = []
+    for r in data["results"]:
+        zero = r.get("zero")
+        if not zero:
+            continue
+        line = (
+            f"{r['policy']} at zero {zero['seconds_at_zero'] / max(data['duration_s'], 1e-9):.0%} of the time, "
+            f"woke {zero['wakes']} time{'s' if zero['wakes'] != 1 else ''}"
+        )
+        if static is not None and static["gpu_hours"] > 0:
+            line += f", {r['gpu_hours']:.2f} GPU-h against static-best's {static['gpu_hours']:.2f}"
+        if zero["woken_requests"]:
+            line += (
+                f"; the {zero['woken_requests']} requests that arrived while it woke waited "
+                f"{_fmt(zero['wake_ttft_p50_s'], 0)} s (median), {_fmt(zero['wake_ttft_max_s'], 0)} s at most, "
+                "for a first token"
+            )
+        out.append("scale to zero: " + line)
+    return "".join("\n" + line for line in out)
 
 
 def percent(fraction: float) -> str:
@@ -196,6 +223,15 @@ def verdict(data: dict[str, Any]) -> str:
     static = next(r for r in runs if r["policy"] == "static-best")
     if static["gpu_hours"] <= 0:
         return "verdict: the trace spans no time, so every run costs nothing"
+    zeroed = [r for r in runs if r.get("zero")]
+    if data["model"].get("min_replicas") == 0 and zeroed:
+        best = min(zeroed, key=lambda r: r["gpu_hours"])
+        return (
+            f"verdict: going to zero, {best['policy']} cost {best['gpu_hours']:.2f} GPU-h, "
+            f"{1.0 - best['gpu_hours'] / static['gpu_hours']:.0%} under static-best's {static['gpu_hours']:.2f}; "
+            f"the requests that arrived at zero waited a cold start, so it met the SLO for "
+            f"{floor_to(best['slo_attainment'], 4):.2%} of requests: zero is for models whose first requests can wait"
+        )
     least = min(r["gpu_hours"] for r in meeting)
     cheapest = [r for r in meeting if r["gpu_hours"] == least]
     if static in cheapest:

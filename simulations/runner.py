@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from policies.base import Observation
 from policies.pipeline import WorkloadDecider
 from simulations.fleet import Fleet, group_runs
+from simulations.recorded import ACTIVATION, ACTIVITY
 from simulations.replica_model import ReplicaModel
-from simulations.signals import Signals
+from simulations.signals import Signals, ZeroSignals
 from simulations.traces import Trace
 
 
@@ -31,6 +32,7 @@ class Contender:
     tuned: dict[str, float] | None = None
     # When a list: each tick's (time, spec replicas, ready replicas, metrics) as the policy saw them.
     observed: list[tuple[float, int, int, dict[str, float | None]]] | None = None
+    zero: ZeroSignals | None = None  # for a workload that may go to zero (an ``activation`` block)
 
     def settings(self) -> dict[str, Any] | None:
         """The policy block the decider runs, with any defaults the policy works out (``resolved``)."""
@@ -50,9 +52,14 @@ class Contender:
         if self.static is not None:
             return self.static
         assert self.decider is not None and self.signals is not None
-        observation = Observation(now, fleet.spec_replicas, self.signals(fleet, now), fleet.ready_replicas(now))
+        activation, activity = self.zero(fleet, now) if self.zero is not None else (None, None)
+        ready = fleet.ready_replicas(now)
+        observation = Observation(now, fleet.spec_replicas, self.signals(fleet, now), ready, activation, activity)
         if self.observed is not None:
-            self.observed.append((now, fleet.spec_replicas, fleet.ready_replicas(now), dict(observation.metrics)))
+            metrics = dict(observation.metrics)
+            if self.zero is not None:
+                metrics.update({ACTIVATION: activation, ACTIVITY: activity})
+            self.observed.append((now, fleet.spec_replicas, ready, metrics))
         decision = self.decider.decide(observation)
         self.decider.applied(decision)
         return decision.desired
@@ -80,6 +87,7 @@ class RunResult:
     # With prefix caching: the part of the trace's prompt tokens that their replicas held (none for a
     # request never admitted), at most the trace's ``prefix_reuse``.
     prefix_cache_hits: float | None = None
+    zero: ZeroFigures | None = None  # a run whose fleet went to zero
 
     def meets(self, target: float) -> bool:
         return self.slo_attainment >= target
@@ -103,7 +111,67 @@ class RunResult:
             data["settings"] = self.settings
         if self.prefix_cache_hits is not None:
             data["prefix_cache_hits"] = round(self.prefix_cache_hits, 4)
+        if self.zero is not None:
+            data["zero"] = self.zero.to_json()
         return data
+
+
+@dataclass
+class ZeroFigures:
+    """What going to zero saved and cost: the time the fleet spent at zero, how often it woke, and the time
+    to first token of the requests that arrived while no replica was ready after a zero (the ones that
+    woke it, and those behind them), which wait at the gateway for a cold start."""
+
+    seconds_at_zero: float
+    wakes: int
+    woken_requests: int
+    wake_ttft_p50_s: float | None
+    wake_ttft_max_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seconds_at_zero": round(self.seconds_at_zero, 1),
+            "wakes": self.wakes,
+            "woken_requests": self.woken_requests,
+            "wake_ttft_p50_s": _round(self.wake_ttft_p50_s),
+            "wake_ttft_max_s": _round(self.wake_ttft_max_s),
+        }
+
+
+class ZeroTracker:
+    """Follows a run's fleet through its zeros, a tick at a time: the seconds at zero, and the spans from a
+    zero to the first ready replica after it (the requests arriving in them waited for a cold start)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.spans: list[tuple[float, float]] = []
+        self.since: float | None = None  # the start of the span open now
+
+    def tick(self, fleet: Fleet, now: float, interval: float, end: float) -> None:
+        if fleet.spec_replicas == 0:
+            self.seconds += max(0.0, min(interval, end - now))
+            if self.since is None:
+                self.since = now
+        elif self.since is not None and fleet.ready_replicas(now) > 0:
+            self.spans.append((self.since, now))
+            self.since = None
+
+    def figures(self, fleet: Fleet, end: float) -> ZeroFigures | None:
+        if not self.spans and self.since is None:
+            return None
+        spans = [*self.spans, *([(self.since, math.inf)] if self.since is not None else [])]
+        woken = np.zeros(len(fleet.arrival), dtype=bool)
+        for start, stop in spans:
+            woken[np.searchsorted(fleet.arrival, start) : np.searchsorted(fleet.arrival, stop)] = True
+        served = woken & ~np.isnan(fleet.first_token)
+        ttft = (fleet.first_token - fleet.arrival)[served]
+        return ZeroFigures(
+            self.seconds,
+            len(self.spans),
+            int(woken.sum()),
+            _quantile(ttft, 0.5),
+            float(ttft.max()) if len(ttft) else None,
+        )
 
 
 def _round(value: float | None) -> float | None:
@@ -212,6 +280,7 @@ def run(
     max_replicas = initial_replicas
     series: dict[str, list[float]] = {"t": [], "replicas": [], "ready": [], "arrivals": []}
     last_arrivals = 0
+    zeros = ZeroTracker() if contender.zero is not None else None
     while now <= end or (not fleet.done and now < end + tail_limit_s):
         if now <= end and now >= next_tick - 1e-9:
             before = fleet.spec_replicas
@@ -220,6 +289,8 @@ def run(
                 fleet.scale_to(target, now)
                 events += 1
             max_replicas = max(max_replicas, fleet.spec_replicas)
+            if zeros is not None:
+                zeros.tick(fleet, now, contender.interval, end)
             next_tick += contender.interval
             if timeline:
                 series["t"].append(now)
@@ -283,6 +354,7 @@ def run(
         timeline=series if timeline else {},
         settings=contender.settings(),
         prefix_cache_hits=hits,
+        zero=zeros.figures(fleet, end) if zeros is not None else None,
     )
 
 

@@ -64,3 +64,26 @@ def keda_signals(average_per_pod: bool) -> Signals:
         return {"waiting": waiting, "kv": 0.0 if math.isnan(scrape.kv_max) else scrape.kv_max}
 
     return read
+
+
+ZeroSignals = Callable[[Fleet, float], tuple[float | None, float | None]]
+"""A workload that may go to zero reads two more values a tick: the activation query's and the replicas'
+activity (``policies.activation``)."""
+
+
+def gateway_activation(fleet: Fleet, now: float) -> tuple[float | None, float | None]:
+    """The simulated activation query: the requests the gateway holds open for the model (which has a value
+    at zero); and the replicas' activity, running plus waiting plus prompt tokens per second, as the daemon
+    reads it (no value without a pod up)."""
+    scrape = fleet.latest_scrape(now)
+    rate = fleet.rate("prompt_tokens_total", now)
+    activity = None if scrape is None or scrape.up == 0 or rate is None else scrape.running + scrape.waiting + rate
+    return float(fleet.gateway_open), activity
+
+
+def keda_activation(fleet: Fleet, now: float) -> tuple[float | None, float | None]:
+    """KEDA's view: a trigger is active while its value exceeds its activation threshold; the vLLM trigger's
+    waiting requests are 0 with no pod (``ignoreNullValues``), and running requests are in no trigger."""
+    scrape = fleet.latest_scrape(now)
+    waiting = 0.0 if scrape is None or scrape.up == 0 else scrape.waiting
+    return float(fleet.gateway_open), waiting

@@ -393,6 +393,26 @@ def synthetic_day(seed: int = 0, mean_rps: float = 2.0, hours: float = 2.0, burs
     return Trace(f"synthetic-day(seed={seed})", arrivals, prompt, output, builtin_lengths=True)
 
 
+def synthetic_idle(seed: int = 0, hours: float = 4.0, sessions: int = 2, rps: float = 0.3) -> Trace:
+    """A model most of whose day is idle, as per-team fine-tunes and evaluation models are: ``sessions``
+    bursts of use of 20 to 40 minutes at about ``rps`` requests/s (0.5x to 1.5x), an hour or more apart, and no
+    request at all in between. Poisson arrivals in 10 s windows, log-normal lengths. Seeded."""
+    rng = np.random.default_rng(seed)
+    width = 10.0
+    starts = np.arange(0.0, hours * 3600.0, width)
+    rates = np.zeros(len(starts))
+    slot = hours * 3600.0 / sessions  # one session in each slot, after at least 40 % of it idle
+    for i in range(sessions):
+        length = rng.uniform(1200, 2400)
+        begin = i * slot + rng.uniform(0.4 * slot, max(0.4 * slot, slot - length))
+        inside = (starts >= begin) & (starts < begin + length)
+        rates[inside] = rps * rng.uniform(0.5, 1.5)
+    arrivals = poisson_arrivals(rng, starts, rates, width)
+    arrivals = arrivals - (arrivals[0] if len(arrivals) else 0.0)  # the trace starts at its first request
+    prompt, output = sample_lengths(rng, len(arrivals))
+    return Trace(f"synthetic-idle(seed={seed})", arrivals, prompt, output, builtin_lengths=True)
+
+
 def guess_format(path: Path) -> str:
     if path.suffix in (".jsonl", ".json"):
         return "mooncake"

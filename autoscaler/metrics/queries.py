@@ -88,6 +88,16 @@ def metric_queries(workload: Workload) -> dict[str, str]:
     return queries
 
 
+ACTIVITY_METRICS = ("num_requests_running", "num_requests_waiting", "prompt_tokens_per_second")
+"""What tells a workload that may go to zero whether a request is in any of its replicas (``policies.activation``)."""
+
+
+def activity_query(workload: Workload) -> str:
+    """The replicas' activity as one query: running plus waiting plus prompt tokens per second; empty (no
+    value) while any of them has no series."""
+    return " + ".join(f"({default_query(name, workload)})" for name in ACTIVITY_METRICS)
+
+
 def spec_replicas_query(workload: Workload) -> str:
     """The count the target asked for (``spec.replicas``), from kube-state-metrics."""
     kind = "statefulset" if workload.target.kind == "StatefulSet" else "deployment"
