@@ -15,6 +15,7 @@ KEDA_PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
 # sum(x)/count(x), avg(x), avg by (...)(x): a per-pod average.
 PER_POD_AVERAGE = re.compile(r"(?is)(\bavg\s*(by|without)?\s*(\([^)]*\))?\s*\()|(\bsum\s*\(.*\)\s*/\s*count\s*\()")
 KV_METRIC = re.compile(r"vllm:(gpu|kv)_cache_usage_perc")
+VLLM_METRIC = re.compile(r"\bvllm:")
 
 
 class KedaImportError(ValueError):
@@ -115,17 +116,22 @@ def convert(document: dict[str, Any], as_is: bool = False) -> Conversion:
     if kind not in ("Deployment", "StatefulSet"):
         raise KedaImportError(f"spec.scaleTargetRef.kind {kind!r}: only Deployment and StatefulSet are supported")
 
-    lo = int(spec.get("minReplicaCount", 0))
+    lo = int(spec.get("minReplicaCount", 0))  # KEDA's default is 0: a ScaledObject scales to zero unless told
     hi = int(spec.get("maxReplicaCount", 100))
-    if lo < 1:
-        warnings.append(f"minReplicaCount {lo}: scale to zero is KEDA's job (0<->1); using minReplicas 1")
-        lo = 1
+    idle = spec.get("idleReplicaCount")
+    to_zero = lo == 0 or idle is not None
+    if idle is not None and int(idle) != 0:
+        raise KedaImportError(f"spec.idleReplicaCount {idle}: KEDA supports only 0 there")
+    if idle is not None and lo > 0:
+        warnings.append(
+            f"spec.idleReplicaCount 0 with minReplicaCount {lo}: KEDA woke straight to {lo}; here a wake orders "
+            f"the policy's proposal (at least 1), and awake the floor is 1, not {lo}"
+        )
     for key, why in (
-        ("cooldownPeriod", "it only governs scaling to zero"),
-        ("idleReplicaCount", "scale to zero is not supported"),
-        ("initialCooldownPeriod", "it only governs scaling to zero"),
+        ("cooldownPeriod", "it only governs scaling to zero, and this ScaledObject never goes there"),
+        ("initialCooldownPeriod", "the controller never scales to zero in its first ticks anyway"),
     ):
-        if key in spec:
+        if key in spec and (key == "initialCooldownPeriod" or not to_zero):
             warnings.append(f"spec.{key} is not mapped: {why}")
     if "pollingInterval" in spec:
         warnings.append(
@@ -134,6 +140,8 @@ def convert(document: dict[str, Any], as_is: bool = False) -> Conversion:
         )
 
     metrics: list[dict[str, Any]] = []
+    activation: tuple[int, str, float] | None = None  # (trigger, its query, its activation threshold)
+    first: tuple[int, str, float] | None = None
     corrections: dict[str, list[str]] = {}
     servers: list[str] = []
     taken: set[str] = set()
@@ -158,11 +166,15 @@ def convert(document: dict[str, Any], as_is: bool = False) -> Conversion:
         if md.get("serverAddress"):
             servers.append(str(md["serverAddress"]))
         for key in ("activationThreshold", "activationTargetQueryValue"):
-            if key in md:
+            if key in md and not to_zero:
                 warnings.append(
                     f"{where}.metadata.{key} is not mapped: it decides KEDA's activation between 0 and 1 "
-                    "replicas, and this controller keeps at least minReplicas (1 or more)"
+                    f"replicas, and this ScaledObject never goes below minReplicaCount {lo}"
                 )
+            elif key in md and activation is None:
+                activation = (index, query, _number(md[key], f"{where}.metadata.{key}"))
+        if to_zero and first is None:
+            first = (index, query, 0.0)
         for key in ("authModes", "namespace", "customHeaders", "unsafeSsl"):
             if key in md:
                 warnings.append(
@@ -227,11 +239,13 @@ def convert(document: dict[str, Any], as_is: bool = False) -> Conversion:
 
     workload: dict[str, Any] = {
         "target": {"kind": kind, "namespace": namespace, "name": ref["name"]},
-        "minReplicas": lo,
+        "minReplicas": 0 if to_zero else lo,
         "maxReplicas": hi,
         "metrics": metrics,
         "policy": {"type": "threshold", "tolerance": 0.1},
     }
+    if to_zero:
+        workload["activation"] = _activation(spec, activation or first, len(spec.get("triggers") or []), warnings)
     if ref.get("apiVersion") and ref["apiVersion"] != "apps/v1":
         workload["target"]["apiVersion"] = ref["apiVersion"]
     behavior = ((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("behavior")
@@ -267,6 +281,29 @@ def convert(document: dict[str, Any], as_is: bool = False) -> Conversion:
         "controller: it refuses targets that another autoscaler owns"
     )
     return Conversion(policy, warnings, corrections)
+
+
+def _activation(
+    spec: dict[str, Any], trigger: tuple[int, str, float] | None, triggers: int, warnings: list[str]
+) -> dict[str, Any]:
+    """KEDA's 0 <-> 1 as an ``activation`` block: the trigger's query and activation threshold, the
+    cooldownPeriod as the idle time (KEDA's default 300 s), each difference in semantics said."""
+    assert trigger is not None  # there is at least one prometheus trigger by now
+    index, query, threshold = trigger
+    idle = int(spec.get("cooldownPeriod", 300))
+    warnings.append(
+        f"scale to zero: activation reads spec.triggers[{index}]'s query above {threshold:g}"
+        + (f"; KEDA woke on any of the {triggers} triggers" if triggers > 1 else "")
+        + f"; idleSeconds {idle} from cooldownPeriod, counted only while no request is at the gateway or in any "
+        "replica (KEDA counted from the last active trigger, even with requests still running)"
+    )
+    if VLLM_METRIC.search(query):
+        warnings.append(
+            f"scale to zero: spec.triggers[{index}]'s query reads vLLM's own metrics, which have no series while "
+            "no replica exists, so it can never wake the workload (KEDA read it as 0): set activation.query to "
+            "the gateway's queued or arriving requests (docs/policy-file.md#scale-to-zero)"
+        )
+    return {"query": query, "threshold": threshold, "idleSeconds": max(idle, 1)}
 
 
 def convert_text(text: str, as_is: bool = False) -> list[Conversion]:

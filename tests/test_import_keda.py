@@ -131,7 +131,7 @@ spec:
     metadata: {query: 'avg by (pod) (vllm:num_requests_waiting)', threshold: '4', serverAddress: 'http://p:9090'}
 """)
     assert any("corrected: the query sums over pods (sum(vllm:num_requests_waiting))" in w for w in warnings)
-    assert any("minReplicaCount 0" in w for w in warnings)
+    assert any("scale to zero: activation reads spec.triggers[0]'s query above 0" in w for w in warnings)
 
 
 def test_several_scaledobjects_become_several_workloads() -> None:
@@ -179,3 +179,58 @@ def test_bad_input(text: str, message: str, tmp_path: Path, capsys: pytest.Captu
     path.write_text(text)
     assert main(["import-keda", str(path)]) == 2
     assert message in capsys.readouterr().err
+
+
+ZERO = """
+kind: ScaledObject
+metadata: {name: eval, namespace: teams}
+spec:
+  scaleTargetRef: {name: eval-7b}
+  minReplicaCount: 0
+  maxReplicaCount: 3
+  cooldownPeriod: 420
+  triggers:
+  - type: prometheus
+    metadata: {query: 'sum(vllm:num_requests_waiting{model_name="eval"})', threshold: '3'}
+  - type: prometheus
+    metadata:
+      query: 'sum(envoy_cluster_upstream_rq_pending_active{envoy_cluster_name="eval"})'
+      threshold: '5'
+      activationThreshold: '0.5'
+"""
+
+
+def test_scale_to_zero_maps_to_an_activation_block() -> None:
+    policy, warnings = _one(ZERO)
+    workload = parse_policy_document(policy).workloads[0]
+    assert workload.min_replicas == 0 and workload.activation is not None
+    assert workload.activation.query == 'sum(envoy_cluster_upstream_rq_pending_active{envoy_cluster_name="eval"})'
+    assert (workload.activation.threshold, workload.activation.idle_seconds) == (0.5, 420)
+    said = [w for w in warnings if w.startswith("scale to zero")]
+    assert said and "KEDA woke on any of the 2 triggers" in said[0] and "even with requests still running" in said[0]
+    assert not any("can never wake" in w for w in warnings)  # the gateway's query has a value at zero
+    assert not any("cooldownPeriod is not mapped" in w for w in warnings)
+
+
+def test_a_vllm_only_activation_is_said_to_never_wake() -> None:
+    text = ZERO.replace("minReplicaCount: 0", "minReplicaCount: 2\n  idleReplicaCount: 0").split(
+        "  - type: prometheus\n    metadata:\n"
+    )[0]
+    policy, warnings = _one(text)
+    workload = parse_policy_document(policy).workloads[0]
+    assert workload.min_replicas == 0 and workload.activation is not None
+    assert workload.activation.idle_seconds == 420 and workload.activation.threshold == 0
+    assert any("can never wake the workload" in w for w in warnings)
+    assert any("KEDA woke straight to 2" in w for w in warnings)
+
+
+def test_an_idle_replica_count_other_than_zero_is_refused() -> None:
+    with pytest.raises(KedaImportError, match="idleReplicaCount 1"):
+        _one(ZERO.replace("minReplicaCount: 0", "minReplicaCount: 2\n  idleReplicaCount: 1"))
+
+
+def test_activation_is_not_mapped_where_keda_never_went_to_zero() -> None:
+    policy, warnings = _one(ZERO.replace("minReplicaCount: 0", "minReplicaCount: 1"))
+    assert policy["workloads"][0]["minReplicas"] == 1 and "activation" not in policy["workloads"][0]
+    assert any("activationThreshold is not mapped" in w for w in warnings)
+    assert any("cooldownPeriod is not mapped" in w for w in warnings)
