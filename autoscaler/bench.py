@@ -9,6 +9,9 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
   server accepted the scale PATCH (its audit log's timestamp), averaged over several steps at random
   phases. ``keda_sum_reaction_s`` is the same
   steps through KEDA's timing (the HPA re-reads the metric every 15 s, after the same 1 s scrape).
+* ``activation_s``: in the same daemon, a second workload that may go to zero (``minReplicas: 0``): once the
+  daemon has taken it to zero by itself, from the moment the exporter's gateway queue steps above the
+  activation threshold to the moment the server accepted the wake-up's scale PATCH, over several steps.
 * ``decisions_per_s``: the pure decision pipeline; ``history_entries_after_day``: what one workload's
   behavior history holds after a day of 15 s ticks (bounded by the windows, not by time).
 """
@@ -165,10 +168,15 @@ def bench_reaction(workdir: Path, trials: int, seed: int, kube: KubeServer) -> d
     user = service_account_user(namespace, "reaction") if token != kube.env["KUBE_ADMIN_TOKEN"] else "admin"
     kube.create_deployment(namespace, name, 2)
     exporter.set_pods(namespace, name, waiting=[2, 2])
+    kube.create_deployment(namespace, IDLE_MODEL, 1)
+    exporter.set_pods(namespace, IDLE_MODEL, waiting=[0], running=[0])
+    exporter.set(GATEWAY, 0.0, namespace=namespace)
     prometheus = PrometheusServer(workdir, [exporter.port])
     prometheus.start()
     policy = workdir / "reaction-policy.json"
-    policy.write_text(json.dumps(_policy(prometheus.url, [(namespace, name)], interval=5)))
+    document = _policy(prometheus.url, [(namespace, name)], interval=5)
+    document["workloads"].append(_idle_model(namespace))
+    policy.write_text(json.dumps(document))
     port = free_port()
     daemon = start_daemon(
         policy,
@@ -179,12 +187,17 @@ def bench_reaction(workdir: Path, trials: int, seed: int, kube: KubeServer) -> d
     )
     reactions: list[float] = []
     keda: list[float] = []
+    activations: list[float] = []
 
-    def accepted_patches() -> list[float]:
+    def accepted_patches(target: str = name, replicas: int | None = None) -> list[float]:
         return [
             e.at
             for e in kube.audit(namespace, user)
-            if e.verb == "patch" and e.resource == "deployments/scale" and e.code == 200
+            if e.verb == "patch"
+            and e.resource == "deployments/scale"
+            and e.code == 200
+            and e.name == target
+            and (replicas is None or (e.request or {}).get("spec", {}).get("replicas") == replicas)
         ]
 
     try:
@@ -210,6 +223,18 @@ def bench_reaction(workdir: Path, trials: int, seed: int, kube: KubeServer) -> d
             keda.append(scrape + rng.uniform(0, HPA_SYNC_S))
             exporter.set_pods(namespace, name, waiting=[2, 2])
             kube.set_replicas(namespace, name, 2)
+        for _ in range(trials):
+            wait_for(lambda: kube.replicas(namespace, IDLE_MODEL) == 0, 60, "the daemon's own zero")
+            time.sleep(rng.uniform(0, 5))  # a random phase of the interval
+            seen = len(accepted_patches(IDLE_MODEL, 1))
+            stepped = time.time()
+            exporter.set(GATEWAY, 2.0, namespace=namespace)
+
+            def woke(seen: int = seen) -> float | None:
+                return next(iter(accepted_patches(IDLE_MODEL, 1)[seen:]), None)
+
+            activations.append(wait_for(woke, 60, "the wake-up PATCH") - stepped)
+            exporter.set(GATEWAY, 0.0, namespace=namespace)
     finally:
         daemon.terminate()
         try:
@@ -228,6 +253,23 @@ def bench_reaction(workdir: Path, trials: int, seed: int, kube: KubeServer) -> d
         "reaction_trials": [round(r, 2) for r in reactions],
         "keda_sum_reaction_s": round(float(np.mean(keda)), 2),
         "reaction_target_s": 1.0 + 5.0 + 1.0,
+        "activation_s": round(float(np.mean(activations)), 2),
+        "activation_max_s": round(max(activations), 2),
+        "activation_trials": [round(a, 2) for a in activations],
+    }
+
+
+IDLE_MODEL, GATEWAY = "vllm-eval-7b", "gateway_queued_requests"
+
+
+def _idle_model(namespace: str) -> dict[str, Any]:
+    """A workload that may go to zero, idle: it goes there ``idleSeconds`` after the daemon starts."""
+    return {
+        "target": {"namespace": namespace, "name": IDLE_MODEL},
+        "minReplicas": 0,
+        "maxReplicas": 4,
+        "metrics": [{"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}}],
+        "activation": {"query": f'sum({GATEWAY}{{namespace="{namespace}"}})', "threshold": 0.5, "idleSeconds": 6},
     }
 
 
@@ -306,7 +348,12 @@ def main() -> int:
     return 0
 
 
-TARGETS = {"tick_1000_wall_s": "< 1 s", "reaction_s": "< interval + 2 scrapes (7 s)", "peak_rss_mib": "< 512 MiB"}
+TARGETS = {
+    "tick_1000_wall_s": "< 1 s",
+    "reaction_s": "< interval + 2 scrapes (7 s)",
+    "activation_max_s": "<= interval + 1 scrape (6 s)",
+    "peak_rss_mib": "< 512 MiB",
+}
 
 
 def write_report(folder: Path, out: dict[str, Any], argv: list[str]) -> Path:

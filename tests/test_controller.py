@@ -88,13 +88,16 @@ def controller(
 ) -> Controller:
     workloads = []
     for name in names:
-        doc = workload_doc(
-            target={"namespace": "llm", "name": name},
-            minReplicas=2,
-            maxReplicas=8,
-            metrics=[{"name": "waiting", "query": f"waiting:{name}", "target": {"type": "AverageValue", "value": 2}}],
+        settings: dict[str, Any] = {
+            "target": {"namespace": "llm", "name": name},
+            "minReplicas": 2,
+            "maxReplicas": 8,
+            "metrics": [
+                {"name": "waiting", "query": f"waiting:{name}", "target": {"type": "AverageValue", "value": 2}}
+            ],
             **extra,
-        )
+        }
+        doc = workload_doc(**settings)
         workloads += doc["workloads"]
     document = parse_policy_document({**doc, "interval": 15, "workloads": workloads})
     ticking = clock or Clock()
@@ -214,3 +217,39 @@ def test_a_reload_keeps_the_measured_cold_start(source: FakeSource) -> None:
     daemon.apply_document(daemon.document)  # what a changed policy file does
     reloaded = daemon.runtime["llm/a"].decider
     assert reloaded is not decider and reloaded.ctx.cold_start_seconds == measured
+
+
+ZERO = {"minReplicas": 0, "activation": {"query": "activation:gateway", "threshold": 0}}
+
+
+def test_dry_run_beside_an_owner_that_went_to_zero_decides_the_wake_up(source: FakeSource) -> None:
+    keda = Ownership((Owner("ScaledObject keda/eval", 0, 0),))
+    fake = FakeActuator({"a": state(0)}, {"a": keda})
+    daemon = controller(DryRunActuator(fake), source, **ZERO)
+    assert daemon.tick()[0]["reason"] == "metrics-unavailable"  # no activation value: held where it is
+    source.values["gateway"] = 0.0
+    assert daemon.tick()[0]["reason"] == "scaled-to-zero"  # no request at the gateway: it would stay there
+    source.values["gateway"] = 2.0
+    line = daemon.tick()[0]
+    # The fake's waiting metric (12, at AverageValue 2) has a value at zero: the wake-up orders its 6 at once.
+    assert (line["reason"], line["desired"], line["write"], line["activation"]) == ("activated", 6, "dry-run", 2.0)
+    assert fake.writes == [] and fake.events == []
+
+
+def test_live_a_zero_it_did_not_set_is_left_alone_with_the_gateway_busy(source: FakeSource) -> None:
+    actuator = FakeActuator({"a": state(0)})
+    source.values["gateway"] = 5.0
+    assert controller(actuator, source, **ZERO).tick()[0]["reason"] == "scaling-disabled"
+    assert actuator.writes == []
+
+
+def test_without_the_replicas_activity_it_never_goes_to_zero(source: FakeSource) -> None:
+    """The fake source has no series for the built-in activity queries: no value is never idleness."""
+    actuator = FakeActuator({"a": state(1)})
+    source.values.update(a=0.0, gateway=0.0)
+    clock = Clock()
+    daemon = controller(actuator, source, clock=clock, **ZERO)
+    for _ in range(100):
+        daemon.tick()
+        clock.now += 15
+    assert 0 not in [replicas for _, replicas in actuator.writes]

@@ -14,6 +14,7 @@ import requests
 from kubernetes import client
 
 from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
+from autoscaler.cli import main
 from autoscaler.controller import Controller
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.state import ConfigMapStateStore
@@ -115,7 +116,7 @@ def metrics(shared_metrics: tuple[VllmExporter, PrometheusServer]) -> tuple[Vllm
 
 
 def test_zero_comes_after_the_idle_time_is_recorded_and_wakes_after_a_restart(
-    cluster: Cluster, metrics: tuple[VllmExporter, PrometheusServer]
+    cluster: Cluster, metrics: tuple[VllmExporter, PrometheusServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
     exporter, prometheus = metrics
     cluster.deployment(NAME, 2)
@@ -127,6 +128,11 @@ def test_zero_comes_after_the_idle_time_is_recorded_and_wakes_after_a_restart(
     line = first.tick()[0]
     assert (line["reason"], line["desired"], written(cluster)) == ("scaled-to-zero", 0, [0])
     assert reasons(cluster) == ["ScaledToZero"]
+
+    capsys.readouterr()
+    assert main(["status", "--kubeconfig", str(cluster.kubeconfig()), "--namespace", cluster.namespace]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"{cluster.namespace}/{NAME}")]
+    assert len(row) == 1 and "scaled-to-zero" in row[0]
 
     clock.now += 15
     second = controller(cluster, prometheus.url, clock)  # a restart: its zero is known from the state ConfigMap
