@@ -1,17 +1,26 @@
 # syntax=docker/dockerfile:1
-# Build stage: a wheel of the project and of everything it needs.
-FROM python:3.11-slim AS build
+# The daemon's image: the daemon and its runtime dependencies, each pinned by requirements.lock with its hashes
+# (regenerate: pip-compile --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url
+# --no-emit-find-links --output-file=requirements.lock pyproject.toml). Pin the base by digest where you build:
+# docker build --build-arg BASE=python:3.11-slim@sha256:<digest> (docker buildx imagetools inspect python:3.11-slim).
+ARG BASE=python:3.11-slim
+
+# Build stage: the locked wheels, checked against their hashes, and the project's own wheel.
+FROM ${BASE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY requirements.lock pyproject.toml README.md ./
 COPY autoscaler ./autoscaler
 COPY policies ./policies
 COPY simulations ./simulations
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip download --no-cache-dir --require-hashes --no-deps --dest /wheels -r requirements.lock \
+    && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-# Run stage: the daemon's wheels installed (not the [sim] extra's plotting), nothing else.
-FROM python:3.11-slim
+# Run stage: exactly the locked set installed (not the [sim] extra's plotting), then the daemon, nothing else.
+FROM ${BASE}
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels vllm-autoscaler \
+    --mount=type=bind,from=build,source=/src/requirements.lock,target=/tmp/requirements.lock \
+    pip install --no-cache-dir --no-index --find-links=/wheels --require-hashes -r /tmp/requirements.lock \
+    && pip install --no-cache-dir --no-index --no-deps /wheels/vllm_autoscaler-*.whl \
     && groupadd --gid 10001 autoscaler && useradd --uid 10001 --gid 10001 --no-create-home autoscaler
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 10001:10001

@@ -217,6 +217,29 @@ def test_the_image_is_multi_stage_and_runs_as_non_root() -> None:
     assert re.search(r"pip (install|wheel).*(\.whl|--find-links|--wheel-dir)", dockerfile)
 
 
+def test_the_image_installs_exactly_the_locked_runtime_dependencies() -> None:
+    """Every runtime dependency of pyproject.toml is pinned in requirements.lock with its hashes, no extra's
+    (the daemon's image carries no plotting), and the image installs the lock with --require-hashes."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lock = (ROOT / "requirements.lock").read_text()
+    pinned = {canonicalize_name(m[0]): m[1] for m in re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+) \\$", lock, re.M)}
+    for dependency in project["dependencies"]:
+        requirement = Requirement(dependency)
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"{name} is not in requirements.lock: regenerate it (see the Dockerfile)"
+        assert requirement.specifier.contains(pinned[name]), f"{name}=={pinned[name]} is outside {requirement}"
+    entries = re.split(r"\n(?=[A-Za-z0-9])", lock.split("\n\n", 1)[-1].strip())
+    assert all("--hash=sha256:" in entry for entry in entries if "==" in entry)
+    assert "matplotlib" not in pinned
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert dockerfile.count("--require-hashes") == 2 and "--no-deps /wheels/vllm_autoscaler-" in dockerfile
+
+
 def test_the_grafana_dashboard_reads_the_daemons_metrics() -> None:
     import json
 
