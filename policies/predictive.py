@@ -13,8 +13,8 @@ that takes ``horizon`` seconds (by default ``coldStartSeconds + interval``) to s
   ``headroom`` (a fraction of ``d``; by default 0.6 at a horizon of 315 s, scaled with the square root
   of the horizon down to 150 s, see ``headroom``);
 * a sustained rise, which headroom absorbs only while it is small: the least-squares trend of the demand
-  over the last ``trendWindowSeconds`` (by default twice the horizon), extrapolated over the horizon and
-  capped at ``maxGrowth`` times ``d``. It counts only when it is significant and rises in both halves of
+  over the last ``trend.windowSeconds`` (by default twice the horizon), extrapolated over the horizon and
+  capped at ``trend.maxGrowth`` times ``d``. It counts only when it is significant and rises in both halves of
   the window (``TrendState.growth``), so a load that wanders or has just stepped up is not extrapolated.
 
 The proposal is ``d * (1 + headroom)``, raised by the part of the trend's growth that the headroom does
@@ -24,20 +24,20 @@ needs the present demand to allow it. A negative headroom runs replicas hotter t
 A proposal within ``tolerance`` of the current count keeps it, as in the HPA, and so does a need less than
 ``minRiseReplicas`` (by default half a replica) above it unless the tolerance upward is 0: a small fleet
 would otherwise add a replica, and hold it for the scale-down window, on every flicker of a light load's
-signals. With ``minRiseReplicas`` 0, no trend (``maxGrowth`` 0) and no pooling, on ``AverageValue``
+signals. With ``minRiseReplicas`` 0, no trend (``trend.maxGrowth`` 0) and no pooling, on ``AverageValue``
 metrics, the policy decides as ``threshold`` does with every target divided by ``1 + headroom``; at
 headroom 0 it makes threshold's decisions exactly, to the replica, because its demand is the HPA's own
 quotient in milli-units (``demand_in_replicas``). ``--tune`` relies on it.
 
 Targets are per replica, but a fleet pools its queue: the more replicas share the arrivals, the fewer
 wait behind a long prompt, and each carries more at the same SLO (square-root staffing). With
-``poolingGain`` ``g`` and ``poolingReplicas`` ``r`` (the fleet the targets were measured on), a fleet of
+a ``pooling`` block's ``gain`` ``g`` and ``replicas`` ``r`` (the fleet the targets were measured on), a fleet of
 ``n >= r`` replicas carries ``1 + g * log2(n / r)`` times the targets per replica, and the policy asks
 for the fleet that carries the proposal at that rate (``pooled_replicas``), and the tolerance applies to
-that fleet; below ``r`` the targets hold as they are. Off by default (gain 0): only a load test of two
+that fleet; below ``r`` the targets hold as they are. Off without the block: only a load test of two
 fleet sizes tells the gain.
 
-With ``learnHeadroom`` the headroom is blended with one learned from the demand's own rises within a
+With a ``learnedHeadroom`` block the headroom is blended with one learned from the demand's own rises within a
 horizon (``RiseHistory``, ``blended_headroom``): recorded days whose load rises slowly need far less than
 the default, a day of rare surges more; off by default (docs/findings.md, "One trace is one sample").
 
@@ -50,9 +50,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
 from policies.replica_calculator import demand_in_replicas
@@ -67,38 +67,57 @@ LEARNED_SHARE = 0.8  # of the 90th-percentile rise less one: the headroom --tune
 SHORTEST_HORIZON_S = 150.0  # below it, the one-minute signals' own noise, not the drift, sets the headroom
 
 
+class TrendParams(StrictModel):
+    """The trend a sustained rise is extrapolated by (``TrendState.growth``); on by default."""
+
+    window_seconds: float | None = Field(
+        default=None, alias="windowSeconds", gt=0, description="unset: twice the horizon, at least 8 intervals"
+    )
+    max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0, description="the growth's cap, times the demand")
+
+
+class PoolingParams(StrictModel):
+    """A fleet's pooled capacity (``pooled_replicas``); off unless given: only a load test of two fleet sizes
+    tells the gain (docs/simulation.md, "the fleet's pooling")."""
+
+    gain: float = Field(gt=0, le=1, description="capacity per replica gained per doubling of the fleet")
+    replicas: float = Field(default=1.0, ge=1, description="the fleet size the targets were measured on")
+
+
+class LearnedHeadroomParams(StrictModel):
+    """The headroom blended with the one the demand's own rises call for (``RiseHistory``); off unless given
+    (docs/findings.md, "One trace is one sample")."""
+
+    prior_seconds: float = Field(
+        default=43_200.0, alias="priorSeconds", gt=0, description="how much history the configured headroom weighs as"
+    )
+    memory_seconds: float = Field(
+        default=86_400.0, alias="memorySeconds", gt=0, description="how long a rise is remembered"
+    )
+
+
+MOVED_KEYS = {
+    "trendWindowSeconds": "trend.windowSeconds",
+    "maxGrowth": "trend.maxGrowth",
+    "poolingGain": "pooling.gain",
+    "poolingReplicas": "pooling.replicas",
+    "learnHeadroom": "learnedHeadroom: {} (present means on)",
+    "headroomPriorSeconds": "learnedHeadroom.priorSeconds",
+    "headroomMemorySeconds": "learnedHeadroom.memorySeconds",
+}
+"""Keys of predictive's block before its optional settings moved into blocks of their own."""
+
+
 class PredictiveParams(StrictModel):
+    """Top level: what the default decides with. The trend (on by default), the fleet's pooling and the learned
+    headroom (off unless given) are blocks of their own, each with the evidence for its default linked."""
+
     type: Literal["predictive"] = "predictive"
-    trend_window_seconds: float | None = Field(default=None, alias="trendWindowSeconds", gt=0)
     headroom: float | None = Field(
         default=None, ge=-0.75, le=10, description="unset: 0.6 * sqrt(max(horizon, 150 s) / 315 s)"
     )
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     horizon_seconds: float | None = Field(default=None, alias="horizonSeconds", ge=0)
-    max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0)
-    pooling_gain: float = Field(
-        default=0.0, alias="poolingGain", ge=0, le=1, description="capacity per replica gained per doubling"
-    )
-    pooling_replicas: float = Field(
-        default=1.0, alias="poolingReplicas", ge=1, description="the fleet size the targets were measured on"
-    )
-    learn_headroom: bool = Field(
-        default=False,
-        alias="learnHeadroom",
-        description="blend the headroom with the one the demand's own past rises call for (RiseHistory)",
-    )
-    headroom_prior_seconds: float = Field(
-        default=43_200.0,
-        alias="headroomPriorSeconds",
-        gt=0,
-        description="with learnHeadroom: how many seconds of history the configured headroom weighs as",
-    )
-    headroom_memory_seconds: float = Field(
-        default=86_400.0,
-        alias="headroomMemorySeconds",
-        gt=0,
-        description="with learnHeadroom: how long a rise is remembered",
-    )
     # At two to four replicas the 10 % band is finer than one replica, and at a light load the one-minute
     # signals' noise crossed it every few minutes (docs/policy-file.md, "Policies").
     min_rise_replicas: float = Field(
@@ -107,6 +126,30 @@ class PredictiveParams(StrictModel):
         ge=0,
         description="a need less than this many replicas above the count keeps it (unless the tolerance is 0)",
     )
+    trend: TrendParams = TrendParams()
+    pooling: PoolingParams | None = None
+    learned_headroom: LearnedHeadroomParams | None = Field(default=None, alias="learnedHeadroom")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (moved := [k for k in MOVED_KEYS if k in data]):
+            raise ValueError("; ".join(f"{key} moved to {MOVED_KEYS[key]}" for key in moved))
+        return data
+
+
+def with_settings(block: dict[str, Any], settings: dict[str, float]) -> dict[str, Any]:
+    """A policy block with ``tune``'s settings applied, as ``tune`` names them: ``maxGrowth`` sets the trend's,
+    ``poolingGain`` the pooling's (0 turns it off); any other key is a top-level one."""
+    out = {**block, **{k: v for k, v in settings.items() if k not in ("maxGrowth", "poolingGain")}}
+    if "maxGrowth" in settings:
+        out["trend"] = {**out.get("trend", {}), "maxGrowth": settings["maxGrowth"]}
+    if "poolingGain" in settings:
+        if settings["poolingGain"] > 0:
+            out["pooling"] = {**out.get("pooling", {}), "gain": settings["poolingGain"]}
+        else:
+            out.pop("pooling", None)
+    return out
 
 
 def default_horizon(cold_start_seconds: float, interval: float) -> float:
@@ -180,7 +223,7 @@ class TrendState:
 @dataclass
 class PredictiveState:
     """What the policy remembers between ticks (and across a reload of its file): the demand's recent
-    samples for the trend, and with ``learnHeadroom`` its past rises."""
+    samples for the trend, and with ``learnedHeadroom`` its past rises."""
 
     trend: TrendState = field(default_factory=TrendState)
     rises: RiseHistory | None = None
@@ -216,8 +259,8 @@ class PredictivePolicy:
 
     @property
     def trend_window(self) -> float:
-        if self.params.trend_window_seconds is not None:
-            return self.params.trend_window_seconds
+        if self.params.trend.window_seconds is not None:
+            return self.params.trend.window_seconds
         return max(2 * self.horizon, 8 * self.ctx.interval)
 
     @property
@@ -231,7 +274,7 @@ class PredictivePolicy:
         SLO wherever 0.6 did, at 7 to 14 % fewer GPU-hours; without the floor, a trace of long prompts at
         60 s missed it (0.35: 0.989), and in proportion to the horizon so did the built-in day."""
         prior = self.prior_headroom
-        if not self.params.learn_headroom or self.state.rises is None or prior <= 0:
+        if self.params.learned_headroom is None or self.state.rises is None or prior <= 0:
             return prior
         return self.blended_headroom(prior)
 
@@ -243,7 +286,7 @@ class PredictivePolicy:
         return default_headroom(self.horizon)
 
     def blended_headroom(self, prior: float) -> float:
-        """With ``learnHeadroom``: the prior, weighted as ``headroomPriorSeconds`` of history, blended with
+        """With ``learnedHeadroom``: the prior, weighted as its ``priorSeconds`` of history, blended with
         ``LEARNED_SHARE`` of the 90th-percentile rise within a horizon less one, weighted by the history the
         rises span. The learned part is scaled as the prior is scaled from the horizon's default (a headroom
         raised for a 99.9 % target raises it too) and held within [0, 2 x prior].
@@ -259,19 +302,20 @@ class PredictivePolicy:
             return prior
         learned = LEARNED_SHARE * (rise - 1) * prior / default_headroom(self.horizon)
         learned = min(max(learned, 0.0), 2 * prior)
-        weight = self.params.headroom_prior_seconds
+        assert self.params.learned_headroom is not None
+        weight = self.params.learned_headroom.prior_seconds
         history = rises.seconds
         return (prior * weight + learned * history) / (weight + history)
 
-    def resolved(self) -> dict[str, float]:
+    def resolved(self) -> dict[str, Any]:
         """The settings this policy runs with, its defaults worked out (they follow the cold start); with
-        ``learnHeadroom``, ``headroom`` is the prior and ``blendedHeadroom`` the headroom it holds now."""
-        settings = {
+        ``learnedHeadroom``, ``headroom`` is the prior and ``blendedHeadroom`` the headroom it holds now."""
+        settings: dict[str, Any] = {
             "headroom": round(self.prior_headroom, 4),
             "horizonSeconds": self.horizon,
-            "trendWindowSeconds": self.trend_window,
+            "trend": {"windowSeconds": self.trend_window, "maxGrowth": self.params.trend.max_growth},
         }
-        if self.params.learn_headroom:
+        if self.params.learned_headroom is not None:
             settings["blendedHeadroom"] = round(self.headroom, 4)  # as the history stands now
         return settings
 
@@ -290,16 +334,17 @@ class PredictivePolicy:
             return Proposal(None, "metrics-unavailable", details)
         demand = max(demands.values())
         self.state.trend.update(demand, observation.now, self.trend_window)
-        if self.params.learn_headroom:
+        if (learned := self.params.learned_headroom) is not None:
             rises = self.state.rises
-            if rises is None or not rises.fits(self.horizon, self.params.headroom_memory_seconds):
-                self.state.rises = rises = RiseHistory(self.horizon, self.params.headroom_memory_seconds)
+            if rises is None or not rises.fits(self.horizon, learned.memory_seconds):
+                self.state.rises = rises = RiseHistory(self.horizon, learned.memory_seconds)
             rises.update(demand, observation.now)
-        growth = min(self.state.trend.growth(self.horizon, self.trend_window), self.params.max_growth * demand)
+        growth = min(self.state.trend.growth(self.horizon, self.trend_window), self.params.trend.max_growth * demand)
         forecast = demand + growth
         headroom = self.headroom
         unpooled = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
-        need = pooled_replicas(unpooled, self.params.pooling_gain, self.params.pooling_replicas)
+        pooling = self.params.pooling
+        need = unpooled if pooling is None else pooled_replicas(unpooled, pooling.gain, pooling.replicas)
         details.update(forecast=forecast, horizon=self.horizon, headroom=headroom, need=need)
         small_rise = self.tolerance.up > 0 and 0 < need - current < self.params.min_rise_replicas
         if current > 0 and (self.tolerance.within(need / current) or small_rise):

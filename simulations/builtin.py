@@ -83,7 +83,7 @@ def builtin_document(
     The policy is ``predictive`` with its default headroom for the cold start, times ``headroom_scale``
     for an SLO target other than 99 % (``sizing.headroom_scale``); at 1 the file leaves it to the policy.
     With ``pooling_gain`` (``sizing.pooling_gain``), larger fleets than the load test's run each replica
-    hotter (``poolingGain``, ``poolingReplicas``).
+    hotter (its ``pooling`` block).
     """
     # Without a trace, about the mean request of the Azure conversation trace (1,155 + 211 tokens).
     footprint = float(np.mean(trace.prompt_tokens) + np.mean(trace.output_tokens)) if trace is not None else 1_400.0
@@ -96,7 +96,7 @@ def builtin_document(
         horizon = default_horizon(cold_start, BUILTIN_INTERVAL_S)
         policy["headroom"] = round(default_headroom(horizon) * headroom_scale, 4)
     if pooling_gain > 0:
-        policy.update(poolingGain=pooling_gain, poolingReplicas=LOAD_TEST_REPLICAS)
+        policy["pooling"] = {"gain": pooling_gain, "replicas": LOAD_TEST_REPLICAS}
     return {
         "interval": BUILTIN_INTERVAL_S,
         "workloads": [
@@ -192,7 +192,7 @@ def sized_builtin(
         # The looser or reference SLO is the one the shares' load test ran under, if it ran.
         gain = pooling_gain(model, trace, slo_ttft, slo_target, shares.reference_rate)
         pooled = pooled_capacity(POOLED_REPLICAS, gain, LOAD_TEST_REPLICAS)
-        note(f"{pooled:.2f} times as much, poolingGain {gain:g} a doubling", "\n")
+        note(f"{pooled:.2f} times as much, pooling gain {gain:g} a doubling", "\n")
     document = builtin_policy(model, trace, shares.slo, shares.mix, scale, gain, shares.replica)
     sizing: dict[str, Any] = {
         "builtin_target_shares": {

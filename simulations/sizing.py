@@ -256,7 +256,7 @@ def pooling_gain(
 ) -> float:
     """How much more a replica carries within the SLO for each doubling of the fleet, from a load test of
     ``LOAD_TEST_REPLICAS`` replicas and one of ``POOLED_REPLICAS`` on the same requests: the built-in
-    workload's ``poolingGain`` (``PredictivePolicy``'s pooling), for targets measured on the smaller
+    workload's ``pooling.gain`` (``PredictivePolicy``'s pooling), for targets measured on the smaller
     fleet.
 
     A fleet pools its queue: a request that arrives behind a long prompt finds another replica free more

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from policies.policy_file import PolicyFile, Workload
-from policies.predictive import PredictiveParams
+from policies.predictive import PredictiveParams, with_settings
 from policies.registry import policy_class
 from policies.threshold import ThresholdParams
 from simulations.contenders import (
@@ -37,7 +37,9 @@ def knob_variant(
     decimals ``tune`` names it with keeps the file's targets (its "as given"). Every other key is a
     parameter of the policy block: ``setpoint`` (``pid``), ``headroom``, ``maxGrowth`` (``predictive``).
     """
-    policy = {**policy_block(workload, policy_type), **{k: v for k, v in setting.items() if k != "target"}}
+    knobs = {k: v for k, v in setting.items() if k != "target"}
+    block = policy_block(workload, policy_type)
+    policy = with_settings(block, knobs) if policy_type == "predictive" else {**block, **knobs}
     first = workload.metrics[0].target.value
     if "target" not in setting or setting["target"] == round(first, 4):
         return policy_variant(document, workload, policy)
@@ -74,7 +76,8 @@ def tune(
     down to 1/4 (a negative headroom runs replicas hotter than the targets). So the tuned policies are
     compared at equal effort, with the same sizes tried.
 
-    ``predictive`` has more settings: its trend (``maxGrowth``), its fleet's pooling (``poolingGain``) and
+    ``predictive`` has more settings: its trend (``maxGrowth``, its ``trend`` block's), its fleet's pooling
+    (``poolingGain``, its ``pooling`` block's) and
     its hold on rises under ``minRiseReplicas``. With all three off, headroom 0 and threshold's tolerance
     (if the file gives it another) it makes threshold's decisions at the same targets, exactly (both in the
     HPA's milli-units, ``demand_in_replicas``), so its capacity is first searched so, on its targets as
@@ -148,12 +151,12 @@ def tune(
     else:
         params = PredictiveParams.model_validate(policy_block(workload, policy_type))
         extras_off = {"maxGrowth": 0.0, "minRiseReplicas": 0.0}
-        as_threshold = {"headroom": 0.0, **extras_off, **({"poolingGain": 0.0} if params.pooling_gain > 0 else {})}
+        as_threshold = {"headroom": 0.0, **extras_off, **({"poolingGain": 0.0} if params.pooling is not None else {})}
         threshold = ThresholdParams.model_validate(policy_block(workload, "threshold"))
         if params.tolerance != threshold.tolerance:
             as_threshold["tolerance"] = threshold.tolerance  # and threshold's band, or its decisions are another's
         candidates: list[tuple[dict[str, float], RunResult]] = []
-        if params.pooling_gain > 0:
+        if params.pooling is not None:
             # Pooling sizes a large fleet below its targets, which no target of threshold's does.
             candidates.append(search("headroom", extras_off))
         candidates.append(search("target", as_threshold))
@@ -164,7 +167,7 @@ def tune(
         for other_setting, other in candidates[1:]:
             if cheaper(other, best):
                 setting, best = other_setting, other
-        for extra in ({"maxGrowth": params.max_growth}, {"minRiseReplicas": params.min_rise_replicas}):
+        for extra in ({"maxGrowth": params.trend.max_growth}, {"minRiseReplicas": params.min_rise_replicas}):
             tried = {**setting, **extra}
             if tried != setting:
                 result = attempt(tried)
@@ -190,6 +193,6 @@ def given_setting(workload: Workload, policy_type: str, settings: dict[str, Any]
         return {"setpoint": round(settings.get("setpoint", primary.target.value), 4)}
     return {
         "headroom": round(settings["headroom"], 4),
-        "maxGrowth": settings["maxGrowth"],
+        "maxGrowth": settings["trend"]["maxGrowth"],
         "minRiseReplicas": settings["minRiseReplicas"],
     }

@@ -340,12 +340,14 @@ def test_pooled_replicas_carry_the_need_at_the_pooled_rate(
     ("waiting", "pooling", "expected"),
     [
         (40.0, {}, 20),  # 40 waiting against a target of 2
-        (40.0, {"poolingGain": 0.1, "poolingReplicas": 8}, 18),  # 17.9 replicas carry 20's worth
-        (12.0, {"poolingGain": 0.1, "poolingReplicas": 8}, 6),  # under the reference: as the targets say
-        (40.0, {"poolingGain": 0.1}, 15),  # measured on one replica: 14.8 carry 20's worth
+        (40.0, {"pooling": {"gain": 0.1, "replicas": 8}}, 18),  # 17.9 replicas carry 20's worth
+        (12.0, {"pooling": {"gain": 0.1, "replicas": 8}}, 6),  # under the reference: as the targets say
+        (40.0, {"pooling": {"gain": 0.1}}, 15),  # measured on one replica: 14.8 carry 20's worth
     ],
 )
-def test_predictive_pooling_runs_a_large_fleet_hotter(waiting: float, pooling: dict[str, float], expected: int) -> None:
+def test_predictive_pooling_runs_a_large_fleet_hotter(
+    waiting: float, pooling: dict[str, object], expected: int
+) -> None:
     policy = {"type": "predictive", "headroom": 0, "tolerance": 0, **pooling}
     decider = _decider(maxReplicas=50, behavior=FREE, policy=policy)
     assert _run(decider, [waiting] * 4, 10)[-1] == expected
@@ -409,3 +411,21 @@ def test_predictive_default_headroom_follows_the_square_root_of_the_horizon(
     decider.set_cold_start(cold_start + 300.0)  # the daemon's measured cold start moves it too
     if not policy:
         assert decider.policy.headroom == pytest.approx(0.6 * math.sqrt((cold_start + 315) / 315))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("key", "where"),
+    [
+        ("maxGrowth", "trend.maxGrowth"),
+        ("trendWindowSeconds", "trend.windowSeconds"),
+        ("poolingGain", "pooling.gain"),
+        ("learnHeadroom", "learnedHeadroom"),
+    ],
+)
+def test_a_key_that_moved_into_a_block_says_where(key: str, where: str) -> None:
+    from policies.policy_file import PolicyFileError
+
+    with pytest.raises(PolicyFileError) as caught:
+        parse_policy_document(workload_doc(policy={"type": "predictive", key: 1}))
+    assert len(caught.value.problems) == 1
+    assert caught.value.problems[0].startswith(f"workloads[0].policy: {key} moved to {where}")

@@ -36,7 +36,7 @@ policy_block = st.one_of(
     st.fixed_dictionaries(
         {
             "type": st.just("predictive"),
-            "trendWindowSeconds": st.floats(15, 1800),
+            "trend": st.fixed_dictionaries({"windowSeconds": st.floats(15, 1800)}),
             "headroom": st.floats(-0.75, 1),
         }
     ),

@@ -92,7 +92,7 @@ def _feed(decider: WorkloadDecider, waiting: list[float]) -> None:
         decider.applied(decision)
 
 
-LEARNING = {"type": "predictive", "learnHeadroom": True, "headroomPriorSeconds": 3_600}
+LEARNING = {"type": "predictive", "learnedHeadroom": {"priorSeconds": 3_600}}
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from autoscaler.cli import main
+from policies.predictive import with_settings
 from simulations.builtin import builtin_policy
 from simulations.compare import compare
 from simulations.contenders import keda_contender
@@ -181,16 +182,11 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
     assert runs["predictive"]["settings"] == {
         "type": "predictive",
         "tolerance": 0.1,
-        "maxGrowth": 0.5,
-        "poolingGain": gain,
-        "poolingReplicas": 8.0,
         "minRiseReplicas": 0.5,
-        "learnHeadroom": False,
-        "headroomPriorSeconds": 43200.0,
-        "headroomMemorySeconds": 86400.0,
+        "pooling": {"gain": gain, "replicas": 8.0},
         "headroom": round(0.6 * (615 / 315) ** 0.5, 4),
         "horizonSeconds": 615.0,
-        "trendWindowSeconds": 1230.0,
+        "trend": {"windowSeconds": 1230.0, "maxGrowth": 0.5},
     }
     assert runs["keda-sum"]["settings"]["type"] == "threshold" and "settings" not in runs["static-best"]
 
@@ -501,7 +497,8 @@ def test_tuning_tries_the_same_capacities_for_threshold_and_predictive() -> None
     _, hot = knob_variant(document, workload, "predictive", {"headroom": -0.5})
     assert hot.policy["headroom"] == -0.5 and hot.metrics == workload.metrics
     _, both = knob_variant(document, workload, "predictive", {"target": 250.0, "headroom": 0.0, "maxGrowth": 0.0})
-    assert both.metrics == scaled.metrics and both.policy == {"type": "predictive", "headroom": 0.0, "maxGrowth": 0.0}
+    assert both.metrics == scaled.metrics
+    assert both.policy == {"type": "predictive", "headroom": 0.0, "trend": {"maxGrowth": 0.0}}
 
 
 def test_a_target_named_as_the_files_keeps_the_files_targets() -> None:
@@ -944,7 +941,7 @@ def test_predictives_search_in_thresholds_decisions_is_thresholds_search_run_for
         ("predictive", {}, {"headroom": 0.6, "maxGrowth": 0.5, "minRiseReplicas": 0.5}),
         (
             "predictive",
-            {"type": "predictive", "headroom": 0.2, "maxGrowth": 1, "minRiseReplicas": 0},
+            {"type": "predictive", "headroom": 0.2, "trend": {"maxGrowth": 1}, "minRiseReplicas": 0},
             {"headroom": 0.2, "maxGrowth": 1.0, "minRiseReplicas": 0.0},
         ),
     ],
@@ -967,7 +964,7 @@ def test_tuned_predictive_with_pooling_still_costs_no_more_than_tuned_threshold(
     trace = synthetic_day(seed=5, mean_rps=4.0, hours=0.5, bursts=2)
     model = ReplicaModel(cold_start_s=120)
     document = builtin_policy(model, trace, pooling_gain=0.1)
-    assert document.workloads[0].policy["poolingGain"] == 0.1
+    assert document.workloads[0].policy["pooling"]["gain"] == 0.1
     tuned = {
         r.policy: r
         for r in compare(
@@ -1182,6 +1179,8 @@ def test_the_written_policy_file_runs_the_cheapest_policy_as_it_was_simulated(
     for knob, value in best["tuned"].items():
         if knob == "target":  # the file's own target, if it was the one, to the four decimals tuning names
             assert workload.metrics[0].target.value == pytest.approx(value, abs=5e-5)
+        elif workload.policy_type == "predictive":  # applying the setting again changes nothing in the file
+            assert with_settings(dict(workload.policy), {knob: value}) == workload.policy
         else:
             assert workload.policy[knob] == value
     assert main([*common, "--config", str(written), "--out", str(again)]) == 0
@@ -1217,7 +1216,13 @@ def test_the_written_file_runs_predictive_at_threshold_capacity_as_tuning_found_
     assert written.metrics == ran.metrics and written.metrics[0].target.value == 404.8088
     scale = 404.8088 / workload.metrics[0].target.value
     assert written.metrics[1].target.value == pytest.approx(workload.metrics[1].target.value * scale)
-    assert written.policy == {"type": "predictive", **{k: v for k, v in setting.items() if k != "target"}}
+    # As the policy file names them: the trend's cap in its block, the pooling off (no block).
+    assert written.policy == {
+        "type": "predictive",
+        "headroom": 0.0,
+        "minRiseReplicas": 0.0,
+        "trend": {"maxGrowth": 0.5},
+    }
 
 
 def test_the_written_file_keeps_the_other_workloads_and_a_measured_cold_start() -> None:
@@ -1231,7 +1236,7 @@ def test_the_written_file_keeps_the_other_workloads_and_a_measured_cold_start() 
     tuned = RunResult("predictive", 1.0, 1.0, None, None, None, 1, 0, 0, 1, {"headroom": 0.25, "maxGrowth": 0.0})
     written = parse_policy_document(deployable(document, tuned, cold_start_s=95.0))
     assert written.interval == 30 and len(written.workloads) == 2
-    assert written.workloads[0].policy == {"type": "predictive", "headroom": 0.25, "maxGrowth": 0.0}
+    assert written.workloads[0].policy == {"type": "predictive", "headroom": 0.25, "trend": {"maxGrowth": 0.0}}
     assert written.workloads[0].cold_start_seconds == "auto"  # the daemon measures it; the run's 95 s was one guess
     assert written.workloads[1] == document.workloads[1]
     assert written.workloads[0].metrics == document.workloads[0].metrics
