@@ -6,11 +6,13 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
 from policies.spec import Behavior, ResolvedBehavior, ScalingPolicy, ScalingRules
 from simulations.fleet import Fleet
+from simulations.traces import Trace
 
 
 def rules(
@@ -86,3 +88,10 @@ def assert_report_consistent(data: dict[str, Any]) -> None:
     if static is not None:
         assert runs["static-best"]["gpu_hours"] == pytest.approx(static * hours, rel=1e-3, abs=1e-4)
         assert runs["static-best"]["slo_attainment"] >= model["slo_target"]
+
+
+def poisson_trace(rate: float, n: int, prompt: int, output: int, seed: int = 1) -> Trace:
+    """``n`` requests of fixed lengths, Poisson arrivals at ``rate`` per second from 0."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1 / rate, n))
+    return Trace("poisson", arrivals - arrivals[0], np.full(n, prompt), np.full(n, output))

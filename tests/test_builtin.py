@@ -1,0 +1,50 @@
+"""The built-in workload (``simulations.builtin``), sized for the replica, the trace and the SLO."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulations.builtin import builtin_policy
+from simulations.replica_model import ReplicaModel
+from simulations.traces import Trace
+
+
+def test_the_builtin_workload_is_sized_for_the_replica_and_the_trace() -> None:
+    trace = Trace("t", np.array([0.0, 1.0]), np.array([900, 1100]), np.array([100, 300]))
+    targets = {
+        m.name: m.target.value
+        for m in builtin_policy(ReplicaModel(prefill_tokens_per_s=3000, kv_cache_tokens=60_000), trace)
+        .workloads[0]
+        .metrics
+    }
+    # Half the prefill throughput; half of the 50 mean requests (1,000 + 200 tokens) the KV cache holds.
+    assert targets == {"prompt_tokens_per_second": 1500, "num_requests_running": 25, "num_requests_waiting": 2}
+
+
+# replica, share of the targets, of which the replica's, running target. The trace's mean request is 1,200
+# tokens: the built-in replica's 30,000-token cache holds 25 of them.
+RUNNING_TARGET_CASES = [
+    # The built-in batch: the share scales half of it, whatever part of the share is the replica's.
+    ({}, 0.6, 0.6, 0.6 * 25 / 2),
+    ({"prefill_tokens_per_s": 600}, 0.6, 0.6, 0.6 * 25 / 2),
+    # A batch of 4 already says the replica holds less: it counts as 4 / 0.6, and the share takes that
+    # back to the 4 the replica holds, not to 0.6 of them.
+    ({"max_num_seqs": 4}, 0.6, 0.6, 4 / 2),
+    # The part of the share that is the SLO's (0.7) still shrinks it.
+    ({"max_num_seqs": 4}, 0.42, 0.6, 0.7 * 4 / 2),
+    # Never counted as more than the built-in replica's batch.
+    ({"max_num_seqs": 20}, 0.5, 0.5, 0.5 * 25 / 2),
+    # A larger cache than the built-in one's keeps its own batch (a fast replica's share is 1).
+    ({"kv_cache_tokens": 60_000}, 1.0, 1.0, 50 / 2),
+]
+
+
+@pytest.mark.parametrize(("replica", "share", "replica_share", "running"), RUNNING_TARGET_CASES)
+def test_a_replica_that_holds_fewer_sequences_is_not_shrunk_twice_for_it(
+    replica: dict[str, float], share: float, replica_share: float, running: float
+) -> None:
+    trace = Trace("t", np.array([0.0, 1.0]), np.array([900, 1100]), np.array([100, 300]))
+    document = builtin_policy(ReplicaModel(**replica), trace, share=share, replica_share=replica_share)
+    targets = {m.name: m.target.value for m in document.workloads[0].metrics}
+    assert targets["num_requests_running"] == pytest.approx(round(running, 2))
