@@ -270,9 +270,7 @@ class PredictivePolicy:
         serves, and the longer a step the headroom did not absorb keeps requests waiting, each of them
         spending the SLO's miss budget. Below a horizon of 150 s (0.41) it shrinks no further: what the
         fleet must absorb there is the noise of the one-minute signals themselves, which a faster start
-        does not shorten. Measured (docs/simulation.md): with cold starts of 60 and 120 s it meets the
-        SLO wherever 0.6 did, at 7 to 14 % fewer GPU-hours; without the floor, a trace of long prompts at
-        60 s missed it (0.35: 0.989), and in proportion to the horizon so did the built-in day."""
+        does not shorten. Measured: docs/findings.md, "Measurements behind the code's defaults", ``predictive``."""
         prior = self.prior_headroom
         if self.params.learned_headroom is None or self.state.rises is None or prior <= 0:
             return prior
@@ -291,10 +289,8 @@ class PredictivePolicy:
         rises span. The learned part is scaled as the prior is scaled from the horizon's default (a headroom
         raised for a 99.9 % target raises it too) and held within [0, 2 x prior].
 
-        Measured (docs/findings.md, "One trace is one sample"): on recorded days whose load rises slowly the default
-        0.6 holds replicas for surges the day never has; on the matrix's day-long and longer traces the
-        blend took 2 to 10 % off the GPU-hours at the SLO, and with a prior of 4 hours it missed the SLO on
-        a two-day trace whose rare surges the 90th percentile does not see."""
+        Off by default: it pays on long traces and misses on rare surges (docs/findings.md, "One trace is one
+        sample")."""
         rises = self.state.rises
         assert rises is not None
         rise = rises.quantile()

@@ -196,21 +196,14 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     tighter one (a shorter time or a higher target), the square root of the rate the load test sustains
     under it over the rate it sustains under the reference, on the trace's requests.
 
-    The square root, not the ratio: a fleet pools its load over more replicas than the load test, and
-    holds headroom besides. Measured (docs/simulation.md) on the built-in day, the Azure hour, a 3-hour
-    ramp, a 4x-prompt hour and an H100-like replica at SLOs of 0.25 to 1.5 s, and at a 99.9 % target: a
-    share about the ratio itself over-provisioned (0.5 on the built-in day at 1 s, whose ratio is 0.49:
-    170 GPU-h, against 134 at its square root); the square root met the SLO in 14 of the 18 runs, where
-    the reference targets met it in 5. A looser SLO keeps the targets: larger ones missed a 5 s SLO on
-    the built-in day, and the load test's own share at 3 s (1.09) missed that one (0.988): its misses
-    come from bursts, not from the steady queueing the test measures. Never below ``LEAST_SHARE``,
-    which an SLO no load meets would otherwise take to zero.
+    The square root, not the ratio: a fleet pools its load over more replicas than the load test, and holds headroom
+    besides. A looser SLO keeps the targets: its misses come from bursts, not from the steady queueing the test
+    measures (measured: docs/findings.md, "Measurements behind the code's defaults", the built-in shares). Never below
+    ``LEAST_SHARE``, which an SLO no load meets would otherwise take to zero.
 
-    A slow replica makes any SLO tighter, and so it is sized: the ratio above is taken times
-    ``replica_slack`` where that is below 1 (``replica``, its root, is reported). With 600 prompt tokens/s
-    default ``predictive`` missed the SLO on the built-in day and the Azure hour where fixed fleets met it
-    (0.976-0.978); with the share it meets them (docs/simulation.md). A fast replica keeps the targets:
-    scaled up by its slack, the built-in day's surges found it at saturation (0.958-0.988).
+    A slow replica makes any SLO tighter, and so it is sized: the ratio above is taken times ``replica_slack`` where
+    that is below 1 (``replica``, its root, is reported). A fast replica keeps the targets: scaled up by its slack,
+    the built-in day's surges found it at saturation.
 
     ``mix``: the prompt-token target is half the prefill throughput for requests of the built-in length
     distribution. Other requests sustain other prompt-token rates under the same SLO (the reference, or
@@ -219,10 +212,7 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     4x-prompt hour sustains 0.51 of the built-in rate at 2 s and 0.61 at 3 s. The share is the square
     root of the trace's rate over the built-in distribution's, less the load test's own spread
     (``MIX_SPREAD``), at most ``MOST_MIX_RATIO``'s root.
-    The running target needs no such share: it is already sized for the trace's mean request (on both
-    targets, the share took a long-output hour from 20.2 to 25.0 GPU-h for nothing). Measured
-    (docs/simulation.md): predictive now meets the SLO on a 4x-prompt hour at 2 and 1.5 s, which it missed, and
-    undercuts static-best on a code-like hour, which it did not, and no run of 34 fell from either.
+    The running target needs no such share: it is already sized for the trace's mean request.
     """
     if not load_test_needed(trace, slo_ttft, slo_target, model):
         return Shares()
@@ -292,15 +282,10 @@ def headroom_scale(slo_target: float) -> float:
     """How much of the default headroom the built-in workload holds for ``slo_target``: the normal
     quantile of the target over that of the reference target (99 %), never below 0.
 
-    The headroom absorbs the bursts no replica starts fast enough to meet; the target sets how many of
-    their requests may miss. A higher target leaves fewer to miss, a lower one more, and the rises a
-    headroom must cover are taken as roughly normal. The policy itself does not know the SLO, so this is
-    the built-in workload's, sized as a user would size theirs. Measured (docs/simulation.md): with the
-    99 % headroom, predictive missed the built-in day at 99.5 % (0.994) and at 99.9 % (0.998; 0.998 with a
-    600 s cold start) and a 3-hour ramp at 99.9 % (0.998), where fixed fleets met them; scaled, it meets
-    the three days under static-best's cost and misses the ramp by less (0.9989), and the Azure hour at
-    99.9 % costs more than static-best (117.8 GPU-h against 112.8; 112.3 unscaled). At 95 % and 98 % it
-    meets the SLO wherever it did, for 4 to 9 % less."""
+    The headroom absorbs the bursts no replica starts fast enough to meet; the target sets how many of their requests
+    may miss. A higher target leaves fewer to miss, a lower one more, and the rises a headroom must cover are taken as
+    roughly normal. The policy itself does not know the SLO, so this is the built-in workload's, sized as a user would
+    size theirs. Measured: docs/findings.md, "Measurements behind the code's defaults", the headroom's scale."""
     quantile = NormalDist().inv_cdf
     target = min(slo_target, MOST_TARGET_FOR_HEADROOM)
     return max(0.0, quantile(target)) / quantile(REFERENCE_SLO_TARGET)

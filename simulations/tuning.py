@@ -77,21 +77,18 @@ def tune(
     compared at equal effort, with the same sizes tried.
 
     ``predictive`` has more settings: its trend (``maxGrowth``, its ``trend`` block's), its fleet's pooling
-    (``poolingGain``, its ``pooling`` block's) and
-    its hold on rises under ``minRiseReplicas``. With all three off, headroom 0 and threshold's tolerance
-    (if the file gives it another) it makes threshold's decisions at the same targets, exactly (both in the
-    HPA's milli-units, ``demand_in_replicas``), so its capacity is first searched so, on its targets as
-    threshold's are: that search is threshold's, run for run, and tuned ``predictive`` never costs more
-    than tuned ``threshold``. (Searching the headroom there instead is the same capacity but not the same
-    runs: threshold's scaled targets are rounded up to thousandths, the headroom is not, and at the SLO's
-    edge a run moved by that meets where the other misses; on the two-day trace the two searches came
-    1.8 % apart.) With the pooling on, its headroom is searched too, pooled, and kept if it meets the SLO
-    for less. Then headroom 0 at the file's targets (threshold's "as given"), and at the setting found the
-    trend, and after it the hold, as the file sets them, each kept if it meets the SLO for less. The hold
-    is not searched with: on small fleets it keeps one replica fewer for a need less than half a replica
-    higher, and a surge that meets that fleet waits a cold start for the difference (an H100-like replica
-    on the built-in day's shape at 16 requests/s: at threshold's tuned capacity the hold missed the SLO,
-    0.958, where threshold met it, 0.9995).
+    (``poolingGain``, its ``pooling`` block's) and its hold on rises under ``minRiseReplicas``. With all three off,
+    headroom 0 and threshold's tolerance (if the file gives it another) it makes threshold's decisions at the same
+    targets, exactly (both in the HPA's milli-units, ``demand_in_replicas``), so its capacity is first searched so, on
+    its targets as threshold's are: that search is threshold's, run for run, and tuned ``predictive`` never costs more
+    than tuned ``threshold``. (Searching the headroom there instead is the same capacity but not the same runs:
+    threshold's scaled targets are rounded up to thousandths, the headroom is not, and at the SLO's edge a run moved
+    by that meets where the other misses.) With the pooling on, its headroom is searched too, pooled, and kept if it
+    meets the SLO for less. Then headroom 0 at the file's targets (threshold's "as given"), and at the setting found
+    the trend, and after it the hold, as the file sets them, each kept if it meets the SLO for less. The hold is not
+    searched with: on small fleets it keeps one replica fewer for a need less than half a replica higher, and a surge
+    that meets that fleet waits a cold start for the difference (an H100-like replica on the built-in day's shape at
+    16 requests/s: at threshold's tuned capacity the hold missed the SLO, 0.958, where threshold met it, 0.9995).
 
     Last, the policy runs as the file sets it, kept if it meets the SLO for less than every setting tried.
     """
@@ -160,8 +157,7 @@ def tune(
             # Pooling sizes a large fleet below its targets, which no target of threshold's does.
             candidates.append(search("headroom", extras_off))
         candidates.append(search("target", as_threshold))
-        # Tuned threshold also runs its targets as given, which no step of the bisection may land on (the
-        # built-in day at a 1 s cold start: tuned threshold 72.84 GPU-h there, tuned predictive 73.88).
+        # Tuned threshold also runs its targets as given, which no step of the bisection may land on.
         candidates.append((as_threshold, attempt(as_threshold)))
         setting, best = candidates[0]
         for other_setting, other in candidates[1:]:
