@@ -14,30 +14,22 @@ Baselines, all with the workload's min and max replicas:
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
-import os
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 from policies.policy_file import PolicyFile, Workload
 from simulations.contenders import (
-    keda_contender,
-    policy_contender,
-    policy_variant,
     workload_variant,
 )
+from simulations.jobs import Shared, run_jobs, worker_count
 from simulations.oracle import OracleBound, oracle_bound
 from simulations.replica_model import ReplicaModel
-from simulations.runner import Contender, RunResult, allowed_misses, run
+from simulations.runner import RunResult, allowed_misses
 from simulations.signals import signals_for
 from simulations.traces import Trace
-from simulations.tuning import policy_block, tune
 
 DEFAULT_POLICY_TYPES = ("threshold", "pid", "predictive")
 
@@ -83,7 +75,7 @@ class Progress:
 
 
 def static_best(
-    shared: _Shared,
+    shared: Shared,
     lo: int,
     hi: int,
     busiest: float,
@@ -106,13 +98,13 @@ def static_best(
     low, high = min(max(lo, math.ceil(busiest - 1e-9)), hi), hi
     results: dict[int, RunResult] = {}
     ahead: list[RunResult] | None = None
-    workers = _workers(shared, 2)
+    workers = worker_count(shared, 2)
     while low < high:
         k = min(workers, high - low)
         points = sorted({low + (high - low) * (i + 1) // (k + 1) for i in range(k)})
         jobs: list[tuple[str, Any]] = [("static", (n, budget)) for n in points]
         if then and len(points) == 1 and high in results and workers > 1:
-            ran = _run_jobs(
+            ran = run_jobs(
                 replace(shared, initial=points[0]),
                 [*jobs, *then],
                 tick,
@@ -120,7 +112,7 @@ def static_best(
             )
             ahead = ran[1:] or None  # the bet on points[0] held: the search ends there
         else:
-            ran = _run_jobs(shared, jobs, tick)
+            ran = run_jobs(shared, jobs, tick)
         for n, result in zip(points, ran[: len(points)], strict=True):
             results[n] = result
         passing = [n for n in points if results[n].meets(shared.slo_target)]
@@ -130,10 +122,10 @@ def static_best(
         if failing:
             low = max(failing) + 1
     if low not in results:
-        results[low] = _run_jobs(shared, [("static", (low, budget))], tick)[0]
+        results[low] = run_jobs(shared, [("static", (low, budget))], tick)[0]
     if results[low].meets(shared.slo_target):
         return low, results[low], ahead
-    return None, _run_jobs(shared, [("static", (hi, None))], tick)[0], None  # the full run at hi, for the report
+    return None, run_jobs(shared, [("static", (hi, None))], tick)[0], None  # the full run at hi, for the report
 
 
 @dataclass
@@ -167,114 +159,10 @@ def footing(
     target: its bound stands, and the search starts above the fleet it ended on."""
     lo, hi = workload.min_replicas, workload.max_replicas
     bound = above.bound if above is not None else oracle_bound(trace, model, lo, slo_ttft, slo_target)
-    searching = _Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
+    searching = Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
     start = max(bound.busiest, above.initial + 1) if above is not None else bound.busiest
     best, best_run, ahead = static_best(searching, max(lo, 1), hi, start, tick, then)  # a fixed fleet serves
     return Footing(bound, best, best_run, best if best is not None else hi, ahead)
-
-
-@dataclass(frozen=True)
-class _Shared:
-    trace: Trace
-    model: ReplicaModel
-    document: PolicyFile
-    workload: Workload
-    initial: int
-    slo_ttft: float
-    slo_target: float
-
-
-_SHARED: _Shared | None = None
-PARALLEL_MIN_REQUESTS = 50_000
-# While worker processes run, set by the parent when the runs still going are no longer wanted (a lost
-# bet, Ctrl-C, an error); made before they are forked, so that they all share it.
-_STOP: EventType | None = None
-
-
-def _quiet(_: str) -> None:
-    """A worker's tuning search ticks no progress bar (the parent's ticks once per job)."""
-
-
-def _job(job: tuple[str, Any], shared: _Shared | None = None) -> RunResult:
-    """One contender's run; in a worker process the shared inputs come from the parent by fork."""
-    s = shared or _SHARED
-    assert s is not None
-    kind, arg = job
-    stop = _STOP.is_set if _STOP is not None else None
-    if kind == "static":
-        replicas, budget = arg
-        contender = Contender("static-best", static=replicas)
-        return run(s.trace, s.model, contender, replicas, s.slo_ttft, miss_budget=budget, stop=stop)
-    if kind == "keda":
-        contender = keda_contender(s.document, s.workload, s.model, arg)
-        return run(s.trace, s.model, contender, s.initial, s.slo_ttft, stop=stop)
-    if kind == "tune":
-        return tune(
-            s.trace, s.model, s.document, s.workload, arg, s.initial, s.slo_ttft, s.slo_target, _quiet, stop=stop
-        )
-    doc, wl = policy_variant(s.document, s.workload, policy_block(s.workload, arg))
-    return run(s.trace, s.model, policy_contender(doc, wl, s.model), s.initial, s.slo_ttft, stop=stop)
-
-
-def _workers(shared: _Shared, jobs: int, beyond_cores: bool = False) -> int:
-    """Worker processes for ``jobs`` runs on a long trace: one per core, or with ``beyond_cores`` one per
-    job; else none (1)."""
-    if shared.trace.requests < PARALLEL_MIN_REQUESTS or "fork" not in mp.get_all_start_methods():
-        return 1
-    return max(1, jobs if beyond_cores else min(jobs, os.cpu_count() or 1))
-
-
-def _leave_interrupts_to_the_parent() -> None:
-    """Ctrl-C reaches every process of the terminal's group: the workers ignore it, and the parent stops
-    their runs (``_STOP``) as it unwinds, so the user sees one message, not a traceback per worker."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _collect(
-    jobs: list[tuple[str, Any]],
-    outcomes: Iterator[RunResult],
-    tick: Callable[[str], None],
-    first_decides: Callable[[RunResult], bool] | None,
-) -> list[RunResult]:
-    """The jobs' results in order, drawn from ``outcomes`` (lazy, so a job not reached is not run or
-    waited for), stopping after the first unless ``first_decides`` holds for it."""
-    results: list[RunResult] = []
-    for job, result in zip(jobs, outcomes, strict=True):
-        results.append(result)
-        tick(str(job[1]))
-        if first_decides is not None and len(results) == 1 and not first_decides(result):
-            break
-    return results
-
-
-def _run_jobs(
-    shared: _Shared,
-    jobs: list[tuple[str, Any]],
-    tick: Callable[[str], None],
-    beyond_cores: bool = False,
-    first_decides: Callable[[RunResult], bool] | None = None,
-) -> list[RunResult]:
-    """The contenders' runs are independent: on a long trace they run in parallel worker processes,
-    which inherit the trace by fork; results are the same either way.
-
-    With ``first_decides``, the others are worth running only if it holds for the first job's result:
-    when it does not, they are stopped and only the first result is returned.
-    """
-    workers = _workers(shared, len(jobs), beyond_cores)
-    if workers < 2:
-        return _collect(jobs, (_job(job, shared) for job in jobs), tick, first_decides)
-    global _SHARED, _STOP
-    context = mp.get_context("fork")
-    _SHARED, _STOP = shared, context.Event()
-    pool = ProcessPoolExecutor(workers, context, initializer=_leave_interrupts_to_the_parent)
-    try:
-        futures = [pool.submit(_job, job) for job in jobs]  # started in this order
-        return _collect(jobs, (future.result() for future in futures), tick, first_decides)
-    finally:
-        # Whatever is still running is not wanted: each run ends within a simulated minute of this.
-        _STOP.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        _SHARED, _STOP = None, None
 
 
 def compare(
@@ -320,12 +208,12 @@ def compare(
     result = Comparison(
         trace, model, workload, slo_ttft, slo_target, base.initial, static_best_replicas=base.static_replicas
     )
-    shared = _Shared(trace, model, document, workload, base.initial, slo_ttft, slo_target)
+    shared = Shared(trace, model, document, workload, base.initial, slo_ttft, slo_target)
     # Tuning, one process per contender, more than there are cores: a search is many runs and a KEDA
     # baseline one, so a pool of one per core would leave the last search alone on one core. Untuned runs
     # are of a length, and more processes than cores only make them contend for the caches.
     ahead = base.ahead
-    result.results.extend(ahead if ahead is not None else _run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
+    result.results.extend(ahead if ahead is not None else run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
     result.results.append(base.static_run)
     result.oracle_gpu_hours = base.bound.gpu_hours
     result.oracle_max_replicas = math.ceil(base.bound.busiest - 1e-9)

@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import simulations.compare as comparing
+import simulations.jobs as simulation_jobs
 from policies.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
 from simulations.compare import footing
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         settings["behavior"] = args.behavior
     if args.tune:
         settings["tune"] = True
-    comparing.PARALLEL_MIN_REQUESTS = 10**12  # one scenario per process, each of them serial
+    simulation_jobs.PARALLEL_MIN_REQUESTS = 10**12  # one scenario per process, each of them serial
     _JOBS[:] = [(s, settings, args.cache) for s in chosen]
     targets = {s.name: s.slo_target for s in chosen}
     rows: list[dict[str, Any]] = []

@@ -39,8 +39,9 @@ def test_the_built_in_workload_grows_its_bound_for_a_load_no_fleet_of_32_carries
 def test_worker_processes_give_the_same_report_and_start_the_policies_during_the_last_search_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import simulations.compare as compare_module
-    from simulations.compare import _Shared, static_best
+    import simulations.jobs as jobs_module
+    from simulations.compare import static_best
+    from simulations.jobs import Shared
 
     trace = synthetic_day(seed=2, mean_rps=1.5, hours=0.5, bursts=2)
     model = ReplicaModel(cold_start_s=120)
@@ -48,14 +49,14 @@ def test_worker_processes_give_the_same_report_and_start_the_policies_during_the
     alone = compare(trace, model, document, ["threshold", "predictive"], 2.0, 0.99, progress=False)
     n = alone.static_best_replicas
     assert n is not None and n >= 2
-    monkeypatch.setattr(compare_module, "PARALLEL_MIN_REQUESTS", 0)
-    monkeypatch.setattr(compare_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(jobs_module, "PARALLEL_MIN_REQUESTS", 0)
+    monkeypatch.setattr(jobs_module.os, "cpu_count", lambda: 2)
     forked = compare(trace, model, document, ["threshold", "predictive"], 2.0, 0.99, progress=False)
     assert forked.static_best_replicas == n
     assert [r.to_json() for r in forked.results] == [r.to_json() for r in alone.results]
 
     policies = {r.policy: r.to_json() for r in alone.results}
-    shared = _Shared(trace, model, document, document.workloads[0], 32, 2.0, 0.99)
+    shared = Shared(trace, model, document, document.workloads[0], 32, 2.0, 0.99)
     then: list[tuple[str, object]] = [("policy", "threshold"), ("keda", False)]
     # Fleets n+1 and n+2 meet the target, so the last run tries n alone: the bet on it holds.
     found, run_at_n, ahead = static_best(shared, n, n + 3, 0.0, then=then)

@@ -1,0 +1,125 @@
+"""The runs of a comparison as jobs: each one contender's run on the shared trace, serial on a short trace and
+in worker processes (one per core, forked so that they inherit the trace) on a long one; results are the same
+either way. A job no longer wanted (a lost bet, Ctrl-C, an error) stops within a simulated minute."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event as EventType
+from typing import Any
+
+from policies.policy_file import PolicyFile, Workload
+from simulations.contenders import keda_contender, policy_contender, policy_variant
+from simulations.replica_model import ReplicaModel
+from simulations.runner import Contender, RunResult, run
+from simulations.traces import Trace
+from simulations.tuning import policy_block, tune
+
+
+@dataclass(frozen=True)
+class Shared:
+    trace: Trace
+    model: ReplicaModel
+    document: PolicyFile
+    workload: Workload
+    initial: int
+    slo_ttft: float
+    slo_target: float
+
+
+_SHARED: Shared | None = None
+PARALLEL_MIN_REQUESTS = 50_000
+# While worker processes run, set by the parent when the runs still going are no longer wanted (a lost
+# bet, Ctrl-C, an error); made before they are forked, so that they all share it.
+_STOP: EventType | None = None
+
+
+def _quiet(_: str) -> None:
+    """A worker's tuning search ticks no progress bar (the parent's ticks once per job)."""
+
+
+def _job(job: tuple[str, Any], shared: Shared | None = None) -> RunResult:
+    """One contender's run; in a worker process the shared inputs come from the parent by fork."""
+    s = shared or _SHARED
+    assert s is not None
+    kind, arg = job
+    stop = _STOP.is_set if _STOP is not None else None
+    if kind == "static":
+        replicas, budget = arg
+        contender = Contender("static-best", static=replicas)
+        return run(s.trace, s.model, contender, replicas, s.slo_ttft, miss_budget=budget, stop=stop)
+    if kind == "keda":
+        contender = keda_contender(s.document, s.workload, s.model, arg)
+        return run(s.trace, s.model, contender, s.initial, s.slo_ttft, stop=stop)
+    if kind == "tune":
+        return tune(
+            s.trace, s.model, s.document, s.workload, arg, s.initial, s.slo_ttft, s.slo_target, _quiet, stop=stop
+        )
+    doc, wl = policy_variant(s.document, s.workload, policy_block(s.workload, arg))
+    return run(s.trace, s.model, policy_contender(doc, wl, s.model), s.initial, s.slo_ttft, stop=stop)
+
+
+def worker_count(shared: Shared, jobs: int, beyond_cores: bool = False) -> int:
+    """Worker processes for ``jobs`` runs on a long trace: one per core, or with ``beyond_cores`` one per
+    job; else none (1)."""
+    if shared.trace.requests < PARALLEL_MIN_REQUESTS or "fork" not in mp.get_all_start_methods():
+        return 1
+    return max(1, jobs if beyond_cores else min(jobs, os.cpu_count() or 1))
+
+
+def _leave_interrupts_to_the_parent() -> None:
+    """Ctrl-C reaches every process of the terminal's group: the workers ignore it, and the parent stops
+    their runs (``_STOP``) as it unwinds, so the user sees one message, not a traceback per worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _collect(
+    jobs: list[tuple[str, Any]],
+    outcomes: Iterator[RunResult],
+    tick: Callable[[str], None],
+    first_decides: Callable[[RunResult], bool] | None,
+) -> list[RunResult]:
+    """The jobs' results in order, drawn from ``outcomes`` (lazy, so a job not reached is not run or
+    waited for), stopping after the first unless ``first_decides`` holds for it."""
+    results: list[RunResult] = []
+    for job, result in zip(jobs, outcomes, strict=True):
+        results.append(result)
+        tick(str(job[1]))
+        if first_decides is not None and len(results) == 1 and not first_decides(result):
+            break
+    return results
+
+
+def run_jobs(
+    shared: Shared,
+    jobs: list[tuple[str, Any]],
+    tick: Callable[[str], None],
+    beyond_cores: bool = False,
+    first_decides: Callable[[RunResult], bool] | None = None,
+) -> list[RunResult]:
+    """The contenders' runs are independent: on a long trace they run in parallel worker processes,
+    which inherit the trace by fork; results are the same either way.
+
+    With ``first_decides``, the others are worth running only if it holds for the first job's result:
+    when it does not, they are stopped and only the first result is returned.
+    """
+    workers = worker_count(shared, len(jobs), beyond_cores)
+    if workers < 2:
+        return _collect(jobs, (_job(job, shared) for job in jobs), tick, first_decides)
+    global _SHARED, _STOP
+    context = mp.get_context("fork")
+    _SHARED, _STOP = shared, context.Event()
+    pool = ProcessPoolExecutor(workers, context, initializer=_leave_interrupts_to_the_parent)
+    try:
+        futures = [pool.submit(_job, job) for job in jobs]  # started in this order
+        return _collect(jobs, (future.result() for future in futures), tick, first_decides)
+    finally:
+        # Whatever is still running is not wanted: each run ends within a simulated minute of this.
+        _STOP.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        _SHARED, _STOP = None, None
