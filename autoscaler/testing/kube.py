@@ -130,16 +130,23 @@ class KubeServer:
             "KUBE_BIN_DIR": str(bin_dir),
         }
         self._unpack(bin_dir, environment)
-        script = f'. "{self.kube_dir / "start.sh"}"; start_kube >&2 && env -0'
-        done = subprocess.run(
-            ["bash", "-c", script], env=environment, capture_output=True, timeout=240, stdin=subprocess.DEVNULL
-        )
+        done = self._script("start_kube >&2 && env -0", environment, 240)
         if done.returncode != 0:
             raise RuntimeError(f"start_kube failed: {done.stderr.decode(errors='replace')[-2000:]}")
         for entry in done.stdout.split(b"\0"):
             key, _, value = entry.decode(errors="replace").partition("=")
             if key.startswith("KUBE"):
                 self.env[key] = value
+
+    def _script(self, commands: str, environment: dict[str, str], timeout: float) -> subprocess.CompletedProcess[bytes]:
+        """``commands`` run by bash after sourcing the shared ``start.sh``."""
+        return subprocess.run(
+            ["bash", "-c", f'. "{self.kube_dir / "start.sh"}"; {commands}'],
+            env=environment,
+            capture_output=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
 
     def _unpack(self, bin_dir: Path, environment: dict[str, str]) -> None:
         """Unpack the binaries once, under a lock, before any start.
@@ -150,26 +157,14 @@ class KubeServer:
         bin_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(f"{bin_dir}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            done = subprocess.run(
-                ["bash", "-c", f'. "{self.kube_dir / "start.sh"}"; _kube_unpack'],
-                env=environment,
-                capture_output=True,
-                timeout=240,
-                stdin=subprocess.DEVNULL,
-            )
+            done = self._script("_kube_unpack", environment, 240)
         if done.returncode != 0:
             raise RuntimeError(f"unpacking the kube binaries failed: {done.stderr.decode(errors='replace')[-2000:]}")
 
     def stop(self) -> None:
         if not self.env:
             return
-        subprocess.run(
-            ["bash", "-c", f'. "{self.kube_dir / "start.sh"}"; stop_kube'],
-            env={**os.environ, **self.env},
-            capture_output=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
+        self._script("stop_kube", {**os.environ, **self.env}, 60)
         self.env = {}
 
     # -- access ---------------------------------------------------------------------------------------

@@ -12,8 +12,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
+from autoscaler.controller import Controller
+from autoscaler.metrics.prometheus import PrometheusSource
+from autoscaler.telemetry import Telemetry
 from autoscaler.testing.kube import Kubelet, KubeServer, find_kube_dir, rbac_rules, service_account_user
 from autoscaler.testing.servers import PrometheusServer, Unavailable, VllmExporter
+from policies.policy_file import load_policy_file
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -120,6 +125,14 @@ class Cluster:
     def ready_replicas(self, name: str) -> int:
         status = client.AppsV1Api(self.admin).read_namespaced_deployment(name, self.namespace).status
         return int((status.ready_replicas if status else 0) or 0)
+
+    def controller(self, policy: Path, kubeconfig: Path | None = None, **options: Any) -> Controller:
+        """A controller on the policy file at ``policy``, as this namespace's daemon (or ``kubeconfig``'s), with
+        a real Prometheus source and actuator; ``options`` go to ``Controller`` (clocks, elector, store,
+        install)."""
+        document = load_policy_file(policy)
+        actuator = KubernetesActuator(api_client(str(kubeconfig or self.kubeconfig())))
+        return Controller(policy, document, PrometheusSource(document.prometheus), actuator, Telemetry(), **options)
 
     def kubelet(self, startup_delay: float = 0.0) -> Kubelet:
         return Kubelet(self.admin, self.namespace, startup_delay)

@@ -20,11 +20,10 @@ from autoscaler.cli import main
 from autoscaler.controller import Controller
 from autoscaler.leader import LeaderElector
 from autoscaler.metrics.prometheus import PrometheusSource
-from autoscaler.telemetry import Telemetry
 from autoscaler.testing.fault_proxy import DROP, FaultProxy
 from autoscaler.testing.kube import KubeServer, set_status
 from autoscaler.testing.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
-from policies.policy_file import TargetRef, load_policy_file
+from policies.policy_file import TargetRef
 from tests.integration.conftest import Cluster, shipped_rules
 
 pytestmark = pytest.mark.integration
@@ -288,9 +287,7 @@ def _controller(
     policy.parent.mkdir(exist_ok=True)
     if not policy.exists():
         policy.write_text(policy_text(prometheus_url, cluster.namespace, **workload))
-    document = load_policy_file(policy)
-    actuator = KubernetesActuator(api_client(str(kubeconfig or cluster.kubeconfig())))
-    return Controller(policy, document, PrometheusSource(document.prometheus), actuator, Telemetry(), clock, elector)
+    return cluster.controller(policy, kubeconfig, clock=clock, elector=elector)
 
 
 def test_a_bad_policy_keeps_the_last_good_one(cluster: Cluster, loaded: PrometheusServer) -> None:
@@ -692,22 +689,13 @@ def test_two_installs_never_scale_one_target(cluster: Cluster, loaded: Prometheu
     from autoscaler.actuators.base import CLAIMED_BY
 
     cluster.deployment(NAME, 2)
-    api = api_client(str(cluster.kubeconfig()))
 
     def install(name: str) -> Controller:
         folder = cluster.workdir / name
         folder.mkdir()
         policy = folder / "policy.json"
         policy.write_text(policy_text(loaded.url, cluster.namespace))
-        document = load_policy_file(policy)
-        return Controller(
-            policy,
-            document,
-            PrometheusSource(document.prometheus),
-            KubernetesActuator(api),
-            Telemetry(),
-            install=f"{cluster.namespace}/{name}",
-        )
+        return cluster.controller(policy, install=f"{cluster.namespace}/{name}")
 
     first, second = install("a"), install("b")
     assert first.tick()[0]["applied"]

@@ -13,15 +13,12 @@ import pytest
 import requests
 from kubernetes import client
 
-from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
+from autoscaler.actuators.kubernetes import api_client
 from autoscaler.cli import main
 from autoscaler.controller import Controller
-from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.state import ConfigMapStateStore
-from autoscaler.telemetry import Telemetry
 from autoscaler.testing.fault_proxy import FaultProxy
 from autoscaler.testing.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
-from policies.policy_file import parse_policy_text
 from tests.integration.conftest import Cluster
 
 pytestmark = pytest.mark.integration
@@ -79,17 +76,8 @@ def idle_pods(exporter: VllmExporter, prometheus: PrometheusServer, namespace: s
 def controller(cluster: Cluster, url: str, clock: Clock, store: bool = True) -> Controller:
     policy = cluster.workdir / "policy.json"
     policy.write_text(policy_text(url, cluster.namespace))
-    document = parse_policy_text(policy.read_text(), str(policy))
-    api = api_client(str(cluster.kubeconfig()))
-    return Controller(
-        policy,
-        document,
-        PrometheusSource(document.prometheus),
-        KubernetesActuator(api),
-        Telemetry(),
-        decision_clock=clock,
-        store=ConfigMapStateStore(api, cluster.namespace) if store else None,
-    )
+    state = ConfigMapStateStore(api_client(str(cluster.kubeconfig())), cluster.namespace) if store else None
+    return cluster.controller(policy, decision_clock=clock, store=state)
 
 
 def ticks(control: Controller, clock: Clock, seconds: int) -> list[dict[str, Any]]:
