@@ -9,6 +9,7 @@ handful of requests.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -23,6 +24,7 @@ from autoscaler.metrics.queries import (
     pod_pattern,
 )
 from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
+from policies.base import is_latency_quantile
 from policies.policy_file import PolicyFile, Workload
 
 log = get_logger("autoscaler.observer")
@@ -91,7 +93,8 @@ class Observer:
                     batch = batch_key(metric.name)
                     result = self._from_batch(workload, metric.name, vectors[batch], by_pod[batch])
                 values[metric.name] = result.value
-                if not result.ok:
+                no_requests = result.value is not None and math.isnan(result.value) and is_latency_quantile(metric)
+                if not result.ok and not no_requests:  # NaN of a latency quantile is no load (metric_value)
                     failures[metric.name] = result
                     log.warning(
                         "metric-unavailable",

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
+from policies.metric_names import TTFT_P90
 from policies.spec import Activation, MetricSpec, ResolvedBehavior
 
 MAX_METRIC_VALUE = 1e12
@@ -84,6 +85,25 @@ class Policy(Protocol):
     def recommend(self, observation: Observation) -> Proposal: ...
 
 
+def is_latency_quantile(spec: MetricSpec) -> bool:
+    """A latency quantile: the built-in TTFT p90, or a query of ``histogram_quantile``."""
+    if spec.query is None:
+        return spec.name == TTFT_P90
+    return "histogram_quantile" in spec.query
+
+
+def metric_value(spec: MetricSpec, observation: Observation) -> float | None:
+    """The one rule for a metric's value at a tick: usable, or none. A latency quantile that is NaN is 0: its
+    histogram has series but no request in the window (Prometheus's ``histogram_quantile`` of zero counts),
+    which is no load, not missing metrics; held as missing, it kept an idle fleet at its size for good.
+    An empty result (no series) is still no value. Table-tested in tests/test_policies.py
+    (test_an_idle_latency_quantile_is_no_load)."""
+    raw = observation.metrics.get(spec.name)
+    if raw is not None and math.isnan(raw) and is_latency_quantile(spec):
+        return 0.0
+    return observation.value(spec.name)
+
+
 def observed_metrics(
     ctx: WorkloadContext, observation: Observation
 ) -> tuple[list[tuple[MetricSpec, float]], list[str]]:
@@ -91,7 +111,7 @@ def observed_metrics(
     present: list[tuple[MetricSpec, float]] = []
     missing: list[str] = []
     for spec in ctx.metrics:
-        value = observation.value(spec.name)
+        value = metric_value(spec, observation)
         if value is None:
             missing.append(spec.name)
         else:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 KV_CACHE = "kv_cache_usage_perc"
 KV_CACHE_ALIASES = (KV_CACHE, "gpu_cache_usage_perc")  # vLLM before 0.12 named it gpu_cache_usage_perc
+TTFT_P90 = "time_to_first_token_p90_seconds"
 
 BUILTIN_METRIC_NAMES = (
     "num_requests_waiting",
     "num_requests_running",
     *KV_CACHE_ALIASES,
-    "time_to_first_token_p90_seconds",
+    TTFT_P90,
     "prompt_tokens_per_second",
     "generation_tokens_per_second",
 )

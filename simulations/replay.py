@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -67,7 +68,12 @@ def replay(policy: PolicyFile, ticks: list[Tick]) -> list[ReplayRow]:
             observed = recorded.get(REPLICAS)
             count = int(observed) if observed is not None else current[workload.key]
             ready = recorded.get(READY_REPLICAS)
-            metrics = {m.name: recorded.get(m.name) for m in workload.metrics}
+            # A recorded NaN (None here) is kept as NaN, apart from a missing row: a latency quantile's NaN is
+            # no load (policies.base.metric_value).
+            metrics = {
+                m.name: math.nan if m.name in recorded and recorded[m.name] is None else recorded.get(m.name)
+                for m in workload.metrics
+            }
             decider = deciders[workload.key]
             decision = decider.decide(
                 Observation(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from policies.metric_names import KV_CACHE_ALIASES, described
+from policies.metric_names import KV_CACHE_ALIASES, TTFT_P90, described
 from simulations.fleet import Fleet, Scrape
 
 Signals = Callable[[Fleet, float], dict[str, float | None]]
@@ -20,6 +20,12 @@ def _gauge(scrape: Scrape | None, value: Callable[[Scrape], float]) -> float | N
     return None if math.isnan(result) else result
 
 
+def _quantile(scrape: Scrape | None) -> float | None:
+    if scrape is None or scrape.up == 0:
+        return None
+    return math.nan if scrape.ttft_p90 is None else scrape.ttft_p90
+
+
 def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
     """The value of a built-in metric name of docs/contract.md, as its default query would return it."""
     if name == "num_requests_waiting":
@@ -28,8 +34,8 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
         return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.running)
     if name in KV_CACHE_ALIASES:
         return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.kv_max)
-    if name == "time_to_first_token_p90_seconds":
-        return lambda f, now: s.ttft_p90 if (s := f.latest_scrape(now)) is not None else None
+    if name == TTFT_P90:  # NaN with pods up and no first token in the window, as histogram_quantile gives
+        return lambda f, now: _quantile(f.latest_scrape(now))
     if name == "prompt_tokens_per_second":
         return lambda f, now: f.rate("prompt_tokens_total", now)
     if name == "generation_tokens_per_second":

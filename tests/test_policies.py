@@ -429,3 +429,30 @@ def test_a_key_that_moved_into_a_block_says_where(key: str, where: str) -> None:
         parse_policy_document(workload_doc(policy={"type": "predictive", key: 1}))
     assert len(caught.value.problems) == 1
     assert caught.value.problems[0].startswith(f"workloads[0].policy: {key} moved to {where}")
+
+
+TTFT = {"name": "time_to_first_token_p90_seconds", "target": {"type": "Value", "value": 1.5}}
+CUSTOM_P90 = {
+    "name": "ttft",
+    "query": "histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))",
+    "target": {"type": "Value", "value": 1.5},
+}
+QUEUE = {"name": "queue", "query": "sum(q) / count(q)", "target": {"type": "AverageValue", "value": 2}}
+
+
+@pytest.mark.parametrize(
+    ("name", "metric", "value", "expected", "reason"),
+    [
+        ("built-in quantile, NaN: no request, no load", TTFT, math.nan, 1, Reason.BOUNDS),
+        ("custom histogram_quantile, NaN: no load", CUSTOM_P90, math.nan, 1, Reason.BOUNDS),
+        ("quantile with no series: still no value", TTFT, None, 8, Reason.METRICS_UNAVAILABLE),
+        ("another metric's NaN: still no value", QUEUE, math.nan, 8, Reason.METRICS_UNAVAILABLE),
+        ("quantile with a value: as it says", TTFT, 3.0, 8, Reason.BOUNDS),
+    ],
+)
+def test_an_idle_latency_quantile_is_no_load(
+    name: str, metric: dict[str, object], value: float | None, expected: int, reason: str
+) -> None:
+    decider = _decider(maxReplicas=8, metrics=[metric], behavior={"scaleDown": {"stabilizationWindowSeconds": 0}})
+    decision = decider.decide(Observation(0.0, 8, {str(metric["name"]): value}, 8))
+    assert (decision.desired, decision.reason) == (expected, reason)

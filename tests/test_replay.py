@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,19 @@ def test_the_shipped_recording_replays_and_is_what_simulate_writes(tmp_path: Pat
     rows = replay(load_policy_file(SAMPLE / "policy.yaml"), ticks)
     assert len(rows) == len(ticks) > 400
     assert main(["replay", "--config", policy, "--metrics", str(fresh), "--out", str(tmp_path / "d.csv")]) == 0
+
+
+def test_an_idle_fleet_on_a_latency_quantile_scales_in(tmp_path: Path) -> None:
+    """Eight replicas, no traffic for 30 minutes: the TTFT quantile is NaN at every tick (no request in its
+    window), which is no load; the fleet scales in as the behavior allows, and holds where it has no row."""
+    config = workload_doc(
+        target={"namespace": "llm-serving", "name": "vllm-llama3-70b"},
+        maxReplicas=8,
+        metrics=[{"name": "time_to_first_token_p90_seconds", "target": {"type": "Value", "value": 1.5}}],
+    )
+    idle = [f"0,{KEY},replicas,8"] + [f"{t},{KEY},time_to_first_token_p90_seconds,NaN" for t in range(0, 1800, 15)]
+    rows = _decisions(tmp_path, idle, json.dumps(config))
+    assert rows[0]["desired_replicas"] == "8"  # the scale-down window (300 s) first
+    assert rows[-1]["desired_replicas"] == "1" and {r["reason"] for r in rows} <= {"stabilized", "bounds"}
+    missing = _decisions(tmp_path, [f"0,{KEY},replicas,8"] + [f"{t},{KEY},replicas,8" for t in range(15, 600, 15)])
+    assert {r["desired_replicas"] for r in missing} == {"8"}  # no row at all: no value, held

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -112,8 +113,12 @@ class PrometheusSource:
         except (KeyError, TypeError, ValueError) as exc:
             return QueryResult(None, Failure.BAD_RESPONSE, f"unparsable sample: {exc}", latency)
         if not usable(value):
+            # NaN is kept: for a latency quantile it means no request in the window (policies.base.metric_value).
             return QueryResult(
-                None, Failure.NOT_FINITE, f"value {text} (not finite, or past {MAX_METRIC_VALUE:g})", latency
+                math.nan if math.isnan(value) else None,
+                Failure.NOT_FINITE,
+                f"value {text} (not finite, or past {MAX_METRIC_VALUE:g})",
+                latency,
             )
         if now - stamp > self.config.staleness_seconds:
             return QueryResult(None, Failure.STALE, f"sample is {now - stamp:.0f} s old", latency)

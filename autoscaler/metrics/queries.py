@@ -167,7 +167,7 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
     counts = [buckets[b] for b in bounds]
     total = counts[-1]
     if total <= 0:
-        return None
+        return math.nan  # as Prometheus's: no observation in the window (policies.base.metric_value)
     rank = q * total
     index = next(i for i, c in enumerate(counts) if c >= rank)
     if bounds[index] == math.inf:

@@ -336,3 +336,35 @@ def test_a_frozen_exporters_old_samples_are_stale(exporter: VllmExporter, promet
         f'sum(vllm:num_requests_waiting{{namespace="{NS}",pod=~"{frozen}-.*"}})', time.time()
     )
     assert raw.value == 16.0  # the value alone looks current: only its timestamp tells
+
+
+def test_an_idle_histogram_is_no_load_batched_and_custom(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
+    """Pods up and their TTFT histograms still (no request in the window): Prometheus's histogram_quantile
+    is NaN, and so is the batched built-in; both are no load, not a metrics failure, and 8 replicas scale in."""
+    exporter.set_pods(NS, NAME, waiting=[0, 0], running=[0, 0])
+    for pod in exporter.pods[(NS, NAME)]:
+        for bound, count in (("0.5", 10.0), ("1.0", 18.0), ("+Inf", 20.0)):
+            exporter.set("vllm:time_to_first_token_seconds_bucket", count, namespace=NS, pod=pod, le=bound)
+    custom = (
+        f'histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{namespace="{NS}"}}[1m])))'
+    )
+    document = _document(
+        prometheus.url,
+        [
+            {"name": "time_to_first_token_p90_seconds", "target": {"type": "Value", "value": 1.5}},
+            {"name": "ttft_custom", "query": custom, "target": {"type": "Value", "value": 1.5}},
+        ],
+    )
+    observer = Observer(document, PrometheusSource(document.prometheus))
+
+    def both_nan() -> bool:
+        values = _collect(observer)
+        return all(v is not None and v != v for v in values.values())  # NaN, not None
+
+    wait_for(both_nan, 40, "two scrapes of the still histograms")
+    with capture_logs() as logs:
+        observed = observer.collect(time.time())[KEY]
+    assert observed.failures == {} and not [e for e in logs if e["event"] == "metric-unavailable"]
+    decider = document.decider(document.workloads[0])
+    decision = decider.decide(Observation(0.0, 8, observed.values, 8))
+    assert decision.reason != Reason.METRICS_UNAVAILABLE and decision.recommended == 0
