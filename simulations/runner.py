@@ -282,7 +282,9 @@ def run(
     last_arrivals = 0
     zeros = ZeroTracker() if contender.zero is not None else None
     while now <= end or (not fleet.done and now < end + tail_limit_s):
-        if now <= end and now >= next_tick - 1e-9:
+        # After the last arrival the contender stops, except to wake a fleet at zero that requests wait for.
+        waking = zeros is not None and fleet.gateway_open > 0 and fleet.spec_replicas == 0
+        if (now <= end or waking) and now >= next_tick - 1e-9:
             before = fleet.spec_replicas
             target = contender.desired(fleet, now)
             if target != before:

@@ -124,3 +124,31 @@ def test_the_report_of_a_run_at_zero_is_consistent(tmp_path: Any, capsys: pytest
     runs = {r["policy"]: r for r in data["results"]}
     assert runs["predictive"]["zero"]["wakes"] == 1 and runs["keda-sum"]["zero"]["wakes"] == 1
     assert "zero" not in runs["static-best"]
+
+
+def test_on_recorded_traffic_zero_follows_the_idle_gaps_and_each_wake_is_within_an_interval(
+    shared_trace: Any,
+) -> None:
+    """A recorded day (ServeGen's first, its rates scaled to about one request in four minutes): Poisson arrivals
+    leave idle gaps through the night. Every zero comes after ``idleSeconds`` with no arrival, and every
+    request that arrives at zero is answered by a scale-up within one interval."""
+    from simulations.traces import read_rate
+
+    idle_s, model = 420, parse_overrides(["cold_start_s=90"])
+    trace = read_rate(shared_trace / "servegen_m-mid_rate_600s.csv", seed=4, rate_scale=0.004 / 1790).window(0, 86_400)
+    doc = document(activation={"query": "sum(gateway_open)", "threshold": 0, "idleSeconds": idle_s})
+    result = run(trace, model, policy_contender(doc, doc.workloads[0], model), 1, 2.0)
+    t, replicas = np.asarray(result.timeline["t"]), np.asarray(result.timeline["replicas"])
+    zeros = t[1:][(replicas[1:] == 0) & (replicas[:-1] > 0)]
+    assert result.zero is not None and len(zeros) >= 3 and result.zero.wakes >= 3
+    arrivals = trace.arrival_s
+    for at in zeros:
+        assert not ((arrivals > at - idle_s) & (arrivals <= at)).any(), at  # idle for idleSeconds before it
+    before = np.searchsorted(t, arrivals, side="right") - 1  # the last tick at or before each arrival
+    asleep = arrivals[(before >= 0) & (replicas[np.maximum(before, 0)] == 0)]
+    assert len(asleep) >= 3
+    for arrival in asleep:  # a tick within one interval (and the step that counts the arrival) wakes it
+        window = (t >= arrival) & (t <= arrival + INTERVAL_S + model.step_s)
+        assert replicas[window].max(initial=0) > 0, arrival
+    assert 0 < result.zero.seconds_at_zero < trace.duration_s and result.dropped_requests == 0
+    assert result.zero.wake_ttft_p50_s is not None and result.zero.wake_ttft_p50_s >= 90 - INTERVAL_S
