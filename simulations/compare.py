@@ -8,6 +8,8 @@ Baselines, all with the workload's min and max replicas:
 * ``keda-sum``: the corrected configuration: total waiting under ``AverageValue`` 2, max KV-cache usage
   under ``metricType: Value`` 0.85, same behavior and cycle.
 * ``static-best``: the smallest fixed fleet that meets the SLO target over the whole trace (bisection).
+* ``clairvoyant``: a follower that knows the load to come, same cold start and behavior, swept to its
+  cheapest setting that meets the SLO: the achievable floor (``clairvoyant.clairvoyant``).
 * ``oracle``: a lower bound on GPU-hours at that SLO (see ``oracle.oracle_bound``).
 """
 
@@ -189,10 +191,13 @@ def compare(
     workload = document.workloads[0]
     signals_for([m.name for m in workload.metrics])  # a metric the simulator cannot provide fails here
     lo, hi = workload.min_replicas, workload.max_replicas
-    total = len(policy_types) * (9 if tuning else 1) + 2 + math.ceil(math.log2(max(hi - lo, 1) + 1)) + 1
+    baselines = 2 + (workload.activation is None)  # the KEDA pair and the clairvoyant
+    total = len(policy_types) * (9 if tuning else 1) + baselines + math.ceil(math.log2(max(hi - lo, 1) + 1)) + 1
     bar = Progress(total, progress and sys.stderr.isatty())
     jobs: list[tuple[str, Any]] = [("tune" if tuning else "policy", t) for t in policy_types]
     jobs += [("keda", True), ("keda", False)]
+    if workload.activation is None:  # it never goes to zero, so it is no floor for a workload that may
+        jobs.append(("clairvoyant", None))
     # Untuned runs may start during the search's last run (``then``); tuning searches, many runs each, are
     # not started on a bet.
     then = None if tuning else jobs

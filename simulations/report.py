@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from simulations.compare import Comparison
 from simulations.runner import floor_to
 from simulations.traces import Trace
 
-BASELINES = ("keda-avg", "keda-sum", "static-best", "oracle")
+BASELINES = ("keda-avg", "keda-sum", "static-best", "clairvoyant", "oracle")
 PLOT_CEILING_S = 3600.0  # the longest a run waits for its last requests (``runner.run``'s tail)
 # The windows ``load`` gives the busiest prompt tokens of, and their names in the table: a second (the
 # SLO's scale), a scrape window, a cold start, an hour (the scale of a diurnal swing).
@@ -56,12 +57,46 @@ def report(comparison: Comparison, extra_model: dict[str, Any]) -> dict[str, Any
         "model": model,
         "results": results,
     }
+    relative_costs(results, c.slo_target)
     data["load"] = load(c.trace)
     if c.trace.prefix is not None:
         # What one cache of unbounded size, shared by the fleet, would hold: the most any routing can reach.
         least = float(c.trace.least_prefill_tokens.sum())
         data["prefix_reuse"] = round(1.0 - least / float(c.trace.prompt_tokens.sum()), 4)
     return data
+
+
+def relative_costs(results: list[dict[str, Any]], target: float) -> None:
+    """Each run's GPU-hours over static-best's and over the clairvoyant's (``vs_static_best``,
+    ``vs_clairvoyant``), where those met the SLO target: what a policy costs against the fixed fleet and
+    against the achievable floor."""
+    runs = {r["policy"]: r for r in results}
+    for name, key in (("static-best", "vs_static_best"), ("clairvoyant", "vs_clairvoyant")):
+        base = runs.get(name)
+        if base is None or base["slo_attainment"] < target or base["gpu_hours"] <= 0:
+            continue
+        for r in results:
+            if not r.get("lower_bound") and r["gpu_hours"] < math.inf:
+                r[key] = round(r["gpu_hours"] / base["gpu_hours"], 3)
+
+
+def floor_line(data: dict[str, Any]) -> str:
+    """What the achievable floor costs, and each policy that met the SLO against it."""
+    runs = {r["policy"]: r for r in data["results"]}
+    floor = runs.get("clairvoyant")
+    if floor is None or "vs_clairvoyant" not in floor:
+        return ""
+    line = (
+        f"\nfloor: clairvoyant (a perfect forecast, the same cold start and behavior) meets the SLO at "
+        f"{floor['gpu_hours']:.2f} GPU-h"
+    )
+    target = data["model"]["slo_target"]
+    others = [
+        f"{r['policy']} {r['vs_clairvoyant']:.2f}x"
+        for r in data["results"]
+        if r["policy"] not in ("clairvoyant", "oracle") and _meets(r, target) and "vs_clairvoyant" in r
+    ]
+    return line + (f"; against it {_series(others)}" if others else "")
 
 
 def load(trace: Trace) -> dict[str, Any]:
@@ -154,7 +189,8 @@ def table(data: dict[str, Any]) -> str:
         f"cold start {m['cold_start_s']:.0f} s; replicas {m['min_replicas']}-{m['max_replicas']}"
     )
     zero = zero_lines(data)
-    return title + "\n" + load_line(data["load"]) + "\n" + "\n".join(lines) + "\n" + verdict(data) + zero
+    body = "\n".join(lines)
+    return title + "\n" + load_line(data["load"]) + "\n" + body + "\n" + verdict(data) + floor_line(data) + zero
 
 
 def zero_lines(data: dict[str, Any]) -> str:
@@ -197,7 +233,7 @@ def verdict(data: dict[str, Any]) -> str:
     """The table's answer in one line: the cheapest run that meets the SLO target, against the best fixed
     fleet (the question a user asks before trusting a policy with a GPU fleet)."""
     target = data["model"]["slo_target"]
-    runs = [r for r in data["results"] if not r.get("lower_bound")]
+    runs = [r for r in data["results"] if not r.get("lower_bound") and r["policy"] != "clairvoyant"]
     meeting = [r for r in runs if _meets(r, target)]
     if not meeting:
         most = data["model"]["max_replicas"]

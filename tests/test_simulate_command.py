@@ -92,7 +92,8 @@ def test_the_same_seed_gives_the_same_report(tmp_path: Path) -> None:
         assert main(["simulate", "--seed", "4", "--window", ":30m", "--policy", "threshold", "--out", str(path)]) == 0
         outs.append(json.loads(path.read_text()))
     assert outs[0] == outs[1]
-    assert {r["policy"] for r in outs[0]["results"]} == {"threshold", "keda-avg", "keda-sum", "static-best", "oracle"}
+    policies = {r["policy"] for r in outs[0]["results"]}
+    assert policies == {"threshold", "keda-avg", "keda-sum", "clairvoyant", "static-best", "oracle"}
 
 
 def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
