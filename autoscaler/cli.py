@@ -224,15 +224,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 "minReplicas": w.min_replicas,
                 "maxReplicas": w.max_replicas,
                 "metrics": [m.name for m in w.metrics],
+                **({"activation": w.activation.model_dump(by_alias=True)} if w.activation else {}),
             }
             for w in document.workloads
         ]
         report.append({"source": source, "valid": True, "workloads": workloads})
         if args.output != "json":
             for w in document.workloads:
+                zero = (
+                    f"; to zero after {w.activation.idle_seconds} s idle, woken above {w.activation.threshold:g} "
+                    "on its activation query"
+                    if w.activation
+                    else ""
+                )
                 print(
                     f"{w.key}: {w.policy_type}, {w.min_replicas}-{w.max_replicas} replicas, "
-                    f"metrics {', '.join(m.name for m in w.metrics)}"
+                    f"metrics {', '.join(m.name for m in w.metrics)}{zero}"
                 )
             print(f"{source}: valid")
     if args.output == "json":

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from autoscaler.cli import build_parser, main
 from simulations.replay import DECISION_HEADER
+from tests.helpers import policy_file
 
 
 def test_an_unknown_policy_type_is_refused_before_any_load_test(capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,3 +116,13 @@ def test_replay_output_json_parses_and_quiet_says_nothing(capsys: pytest.Capture
     assert shown["ticks"] == len(shown["decisions"]) and shown["scale_events"] > 0
     assert list(shown["decisions"][0]) == DECISION_HEADER  # the CSV's columns, in its order
     assert captured.err == ""
+
+
+def test_validate_says_when_a_workload_goes_to_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    activation = {"query": "sum(gateway_queued)", "threshold": 1, "idleSeconds": "12m"}
+    policy = policy_file(tmp_path, minReplicas=0, activation=activation)
+    assert main(["validate", "--config", str(policy)]) == 0
+    assert "0-10 replicas" in (out := capsys.readouterr().out) and "to zero after 720 s idle, woken above 1" in out
+    assert main(["validate", "--config", str(policy), "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["policies"][0]["workloads"][0]
+    assert shown["activation"] == {"query": "sum(gateway_queued)", "threshold": 1.0, "idleSeconds": 720}
