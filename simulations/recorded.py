@@ -51,11 +51,12 @@ def format_timestamp(value: float) -> str:
 
 @dataclass
 class Tick:
-    """Every value recorded at one timestamp; ``None`` is a recorded NaN (no value)."""
+    """Every value recorded at one timestamp. A NaN stays NaN: no value for most metrics, no load for a latency
+    quantile (``policies.base.metric_value`` decides which)."""
 
     timestamp: float
     label: str
-    values: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    values: dict[str, dict[str, float]] = field(default_factory=dict)
     lines: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
@@ -91,11 +92,9 @@ def _read(handle: TextIO, label: str) -> list[Tick]:
         if not workload or not metric:
             raise RecordedMetricsError(f"{label}:{line}: workload and metric must not be empty")
         try:
-            value: float | None = float(value_text)
+            value = float(value_text)
         except ValueError:
             raise RecordedMetricsError(f"{label}:{line}: value {value_text!r} is not a number") from None
-        if value is not None and math.isnan(value):
-            value = None
         if ticks and stamp < ticks[-1].timestamp:
             raise RecordedMetricsError(
                 f"{label}:{line}: timestamp {stamp_text} is earlier than {ticks[-1].label} on an earlier line; "

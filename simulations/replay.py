@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -51,7 +50,7 @@ def check_names(policy: PolicyFile, ticks: list[Tick], label: str) -> None:
                     f"expected one of {', '.join(sorted(known[workload]))}"
                 )
             value = tick.values[workload][metric]
-            if metric in (REPLICAS, READY_REPLICAS) and (value is None or value < 0 or not float(value).is_integer()):
+            if metric in (REPLICAS, READY_REPLICAS) and (value < 0 or not float(value).is_integer()):
                 raise RecordedMetricsError(f"{label}:{line}: {metric} must be a whole number >= 0, not {value}")
 
 
@@ -68,12 +67,7 @@ def replay(policy: PolicyFile, ticks: list[Tick]) -> list[ReplayRow]:
             observed = recorded.get(REPLICAS)
             count = int(observed) if observed is not None else current[workload.key]
             ready = recorded.get(READY_REPLICAS)
-            # A recorded NaN (None here) is kept as NaN, apart from a missing row: a latency quantile's NaN is
-            # no load (policies.base.metric_value).
-            metrics = {
-                m.name: math.nan if m.name in recorded and recorded[m.name] is None else recorded.get(m.name)
-                for m in workload.metrics
-            }
+            metrics: dict[str, float | None] = {m.name: recorded.get(m.name) for m in workload.metrics}
             decider = deciders[workload.key]
             decision = decider.decide(
                 Observation(
