@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.logs import get_logger
 from autoscaler.metrics.queries import (
-    ACTIVITY_METRICS,
     aggregate,
     batch_key,
     batched_query,
@@ -24,7 +23,9 @@ from autoscaler.metrics.queries import (
     pod_pattern,
 )
 from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
+from policies.activation import replica_activity
 from policies.base import is_latency_quantile
+from policies.metric_names import ACTIVITY_METRICS
 from policies.policy_file import PolicyFile, Workload
 
 log = get_logger("autoscaler.observer")
@@ -130,11 +131,10 @@ class Observer:
                 detail=gateway.detail,
                 query=self.activations[workload.key],
             )
-        parts = [
+        activity = replica_activity(
             self._from_batch(workload, name, vectors[batch_key(name)], by_pod[batch_key(name)]).value
             for name in ACTIVITY_METRICS
-        ]
-        activity = None if any(p is None for p in parts) else float(sum(p for p in parts if p is not None))
+        )
         return replace(metrics, activation=gateway.value, activity=activity)
 
     def _age(self, namespace: str, labels: dict[str, str]) -> float:

@@ -18,6 +18,7 @@ zero), within ``maxReplicas``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from policies.base import Observation, usable
@@ -30,6 +31,15 @@ class ZeroState:
 
     asleep: bool = False
     idle_since: float | None = None
+
+
+def replica_activity(parts: Iterable[float | None]) -> float | None:
+    """The replicas' activity from the values of ``metric_names.ACTIVITY_METRICS``: their sum, or no value while
+    any of them has none (no pod reports, a query failed), which is never "no requests"."""
+    values = list(parts)
+    if any(v is None for v in values):
+        return None
+    return float(sum(v for v in values if v is not None))
 
 
 def idle(activation: Activation, observation: Observation) -> bool:

@@ -19,6 +19,10 @@ BUILTIN_METRIC_NAMES = (
     "generation_tokens_per_second",
 )
 
+ACTIVITY_METRICS = ("num_requests_running", "num_requests_waiting", "prompt_tokens_per_second")
+"""Their sum says whether a request is in any replica of a workload that may go to zero (``policies.activation``):
+the daemon, ``record`` and the simulator all read it from these."""
+
 
 def canonical(name: str) -> str:
     """The name an alias stands for (``gpu_cache_usage_perc`` is ``kv_cache_usage_perc``)."""

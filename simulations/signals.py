@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from policies.metric_names import KV_CACHE_ALIASES, TTFT_P90, described
+from policies.activation import replica_activity
+from policies.metric_names import ACTIVITY_METRICS, KV_CACHE_ALIASES, TTFT_P90, described
 from simulations.fleet import Fleet, Scrape
 
 Signals = Callable[[Fleet, float], dict[str, float | None]]
@@ -77,14 +78,14 @@ ZeroSignals = Callable[[Fleet, float], tuple[float | None, float | None]]
 activity (``policies.activation``)."""
 
 
+_ACTIVITY = signals_for(list(ACTIVITY_METRICS))
+
+
 def gateway_activation(fleet: Fleet, now: float) -> tuple[float | None, float | None]:
     """The simulated activation query: the requests the gateway holds open for the model (which has a value
-    at zero); and the replicas' activity, running plus waiting plus prompt tokens per second, as the daemon
-    reads it (no value without a pod up)."""
-    scrape = fleet.latest_scrape(now)
-    rate = fleet.rate("prompt_tokens_total", now)
-    activity = None if scrape is None or scrape.up == 0 or rate is None else scrape.running + scrape.waiting + rate
-    return float(fleet.gateway_open), activity
+    at zero); and the replicas' activity, the sum of ``ACTIVITY_METRICS`` as the daemon reads them (no value
+    while any has none, as without a pod up)."""
+    return float(fleet.gateway_open), replica_activity(_ACTIVITY(fleet, now).values())
 
 
 def keda_activation(fleet: Fleet, now: float) -> tuple[float | None, float | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from policies.metric_names import BUILTIN_METRIC_NAMES, canonical
+from policies.metric_names import ACTIVITY_METRICS, BUILTIN_METRIC_NAMES, canonical
 from policies.policy_file import Workload
 
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
@@ -86,10 +86,6 @@ def metric_queries(workload: Workload) -> dict[str, str]:
             )
         queries[metric.name] = query
     return queries
-
-
-ACTIVITY_METRICS = ("num_requests_running", "num_requests_waiting", "prompt_tokens_per_second")
-"""What tells a workload that may go to zero whether a request is in any of its replicas (``policies.activation``)."""
 
 
 def activity_query(workload: Workload) -> str:
