@@ -25,6 +25,7 @@ from policies.policy_file import PolicyFile, Workload
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult, allowed_misses, run
 from simulations.traces import Trace
+from simulations.tuning import cheapest_meeting
 
 WINDOW_S = 60  # the work's rate over a minute: the scale of the signals every policy reads
 LEAST_UTILIZATION = 0.05
@@ -88,7 +89,8 @@ def clairvoyant(
     slo_target: float,
     stop: Any = None,
 ) -> RunResult:
-    """The cheapest ``utilization`` whose run meets the SLO target, by bisection; the safest run if none does."""
+    """The cheapest ``utilization`` whose run meets the SLO target, by the bisection ``--tune`` searches with
+    (``tuning.cheapest_meeting``); the safest run if none does."""
     need = busiest_ahead(trace, model, float(document.interval))
     budget = allowed_misses(trace, slo_target)
 
@@ -96,16 +98,6 @@ def clairvoyant(
         ran = contender(document, workload, need, round(utilization, 4))
         return run(trace, model, ran, initial, slo_ttft, miss_budget=None if full else budget, stop=stop)
 
-    cheap = attempt(1.0)
-    if cheap.meets(slo_target):
-        return cheap
-    good, bad = math.log(LEAST_UTILIZATION), 0.0
-    best: RunResult | None = None
-    for _ in range(STEPS):
-        mid = (good + bad) / 2
-        result = attempt(math.exp(mid))
-        if result.meets(slo_target):
-            good, best = mid, result
-        else:
-            bad = mid
-    return best or attempt(LEAST_UTILIZATION, full=True)
+    return cheapest_meeting(
+        lambda x, full: attempt(math.exp(x), full), math.log(LEAST_UTILIZATION), 0.0, STEPS, slo_target
+    )[1]

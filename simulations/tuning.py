@@ -55,6 +55,33 @@ def policy_block(workload: Workload, policy_type: str) -> dict[str, Any]:
     return dict(workload.policy) if workload.policy_type == policy_type else {"type": policy_type}
 
 
+def cheapest_meeting(
+    attempt: Callable[[float, bool], RunResult], safe_x: float, cheap_x: float, steps: int, slo_target: float
+) -> tuple[float, RunResult]:
+    """Bisection of a knob ``x`` between its safe end (most capacity) and its cheap end for the cheapest run
+    that meets ``slo_target``; ``attempt(x, full)`` runs it (unless ``full``, stopping once it has missed).
+
+    The cheap end is run first, and ends the search if it meets the target. The safe end is run last, and only
+    when no setting tried below it met the target: it holds the most replicas for the whole trace, so it is the
+    longest run of the search, and what it would tell, that the search has a setting that meets the SLO, the
+    first setting that meets it tells too. It is reported even if it misses."""
+    cheap = attempt(cheap_x, False)
+    if cheap.meets(slo_target):
+        return cheap_x, cheap
+    found: tuple[float, RunResult] | None = None
+    good, bad = safe_x, cheap_x
+    for _ in range(steps):
+        mid = (good + bad) / 2
+        result = attempt(mid, False)
+        if result.meets(slo_target):
+            good = mid
+            if found is None or result.gpu_hours <= found[1].gpu_hours:
+                found = mid, result
+        else:
+            bad = mid
+    return found or (safe_x, attempt(safe_x, True))
+
+
 def tune(
     trace: Trace,
     model: ReplicaModel,
@@ -113,32 +140,13 @@ def tune(
         return result
 
     def search(knob: str, fixed: dict[str, float]) -> tuple[dict[str, float], RunResult]:
-        """Bisection between the safe end (most capacity: small target, big headroom) and the cheap end.
-
-        The safe end is run last, and only when no setting tried below it met the target: it holds the
-        most replicas for the whole trace, so it is the longest run of the search, and what it would
-        tell, that the search has a setting that meets the SLO, the first setting that meets it tells too.
-        """
         safe_x, cheap_x = spans[knob]
 
         def at(x: float) -> dict[str, float]:
             return {knob: value(knob, x), **fixed}
 
-        cheap = attempt(at(cheap_x))
-        if cheap.meets(slo_target):
-            return at(cheap_x), cheap
-        found: tuple[dict[str, float], RunResult] | None = None
-        good, bad = safe_x, cheap_x
-        for _ in range(steps):
-            mid = (good + bad) / 2
-            result = attempt(at(mid))
-            if result.meets(slo_target):
-                good = mid
-                if found is None or result.gpu_hours <= found[1].gpu_hours:
-                    found = at(mid), result
-            else:
-                bad = mid
-        return found or (at(safe_x), attempt(at(safe_x), full=True))  # the safe end is reported even if it misses
+        x, result = cheapest_meeting(lambda x, full: attempt(at(x), full), safe_x, cheap_x, steps, slo_target)
+        return at(x), result
 
     def cheaper(a: RunResult, b: RunResult) -> bool:
         return a.meets(slo_target) and (not b.meets(slo_target) or a.gpu_hours < b.gpu_hours)
