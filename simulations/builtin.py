@@ -11,6 +11,7 @@ import numpy as np
 
 from policies.policy_file import PolicyFile, parse_policy_document
 from policies.predictive import default_headroom, default_horizon, pooled_capacity
+from simulations.contenders import workload_variant
 from simulations.replica_model import ReplicaModel
 from simulations.report import percent
 from simulations.sizing import (
@@ -219,7 +220,7 @@ def idle_model_document(document: PolicyFile) -> PolicyFile:
     """The built-in low-traffic model (``traces.synthetic_idle``): the built-in workload's targets, allowed to
     go to zero through an activation block on the gateway's open requests, as ``simulate`` runs it beside
     the built-in day to show what zero saves and what the first requests after it pay."""
-    raw = document.workloads[0].model_dump(by_alias=True, exclude_none=True, mode="json")
-    raw.update(minReplicas=0, maxReplicas=IDLE_MODEL_MAX_REPLICAS, activation=IDLE_MODEL_ACTIVATION)
-    raw["target"] = {**raw["target"], "name": "vllm-builtin-idle"}
-    return parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<built-in idle model>")
+    workload = document.workloads[0]
+    target = {**workload.target.model_dump(by_alias=True, mode="json"), "name": "vllm-builtin-idle"}
+    changes = {"target": target, "minReplicas": 0, "maxReplicas": IDLE_MODEL_MAX_REPLICAS}
+    return workload_variant(document, workload, {**changes, "activation": IDLE_MODEL_ACTIVATION})[0]

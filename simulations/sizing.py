@@ -1,7 +1,7 @@
 """How much of the built-in workload's targets a replica takes for the trace's requests and the user's
 SLO, found as a user would find it: a load test of a few replicas under steady traffic of those requests.
 
-The built-in targets (``compare.builtin_document``) are sized for requests of the built-in length
+The built-in targets (``builtin.builtin_document``) are sized for requests of the built-in length
 distribution under an SLO of 2 s on time to first token beyond a request's own prefill. Other requests
 sustain other rates (``builtin_shares``). A tighter SLO leaves less room for queueing, by how much
 depends on everything that delays a first token: the prompts' lengths, the prefill throughput, the
