@@ -126,22 +126,10 @@ def builtin_document(
     }
 
 
-def builtin_policy(
-    model: ReplicaModel | None = None,
-    trace: Trace | None = None,
-    share: float = 1.0,
-    prompt_share: float = 1.0,
-    headroom_scale: float = 1.0,
-    pooling_gain: float = 0.0,
-    replica_share: float = 1.0,
-) -> PolicyFile:
-    """The built-in workload for ``model`` and the trace's requests, its targets scaled by ``share`` and
-    ``prompt_share`` (``sizing.builtin_shares``), its headroom by ``headroom_scale``
-    (``sizing.headroom_scale``), its fleet's pooling ``pooling_gain`` (``sizing.pooling_gain``)."""
-    document = builtin_document(
-        model or ReplicaModel(), trace, share, prompt_share, headroom_scale, pooling_gain, replica_share
-    )
-    return parse_policy_document(document, "<built-in>")
+def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None, **sizing: float) -> PolicyFile:
+    """``builtin_document`` for ``model`` (the built-in replica without one) and the trace's requests,
+    validated as a policy file; ``sizing`` are its shares, headroom scale and pooling gain."""
+    return parse_policy_document(builtin_document(model or ReplicaModel(), trace, **sizing), "<built-in>")
 
 
 def _quiet(_text: str, _end: str) -> None:
@@ -194,7 +182,15 @@ def sized_builtin(
         gain = pooling_gain(model, trace, slo_ttft, slo_target, shares.reference_rate)
         pooled = pooled_capacity(POOLED_REPLICAS, gain, LOAD_TEST_REPLICAS)
         note(f"{pooled:.2f} times as much, pooling gain {gain:g} a doubling", "\n")
-    document = builtin_policy(model, trace, shares.slo, shares.mix, scale, gain, shares.replica)
+    document = builtin_policy(
+        model,
+        trace,
+        share=shares.slo,
+        prompt_share=shares.mix,
+        headroom_scale=scale,
+        pooling_gain=gain,
+        replica_share=shares.replica,
+    )
     sizing: dict[str, Any] = {
         "builtin_target_shares": {
             "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
