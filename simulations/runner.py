@@ -283,8 +283,8 @@ def run(
     zeros = ZeroTracker() if contender.zero is not None else None
     while now <= end or (not fleet.done and now < end + tail_limit_s):
         # After the last arrival the contender stops, except to wake a fleet at zero that requests wait for.
-        waking = zeros is not None and fleet.gateway_open > 0 and fleet.spec_replicas == 0
-        if (now <= end or waking) and now >= next_tick - 1e-9:
+        tick_due = now >= next_tick - 1e-9
+        if tick_due and (now <= end or (zeros is not None and fleet.gateway_open > 0 and fleet.spec_replicas == 0)):
             before = fleet.spec_replicas
             target = contender.desired(fleet, now)
             if target != before:
