@@ -45,11 +45,15 @@ MAX_GAP_INTERVALS = 4.0
 
 
 class PIDParams(StrictModel):
-    type: Literal["pid"] = "pid"
-    kp: float = Field(default=0.2, ge=0)
-    ki: float = Field(default=1 / 30, ge=0, description="per second")
-    kd: float = Field(default=0.0, ge=0, description="seconds")
-    tolerance: float = Field(default=0.1, ge=0, lt=1)
+    type: Literal["pid"] = Field(
+        default="pid", description="a PID loop in velocity form on the primary metric's normalised error"
+    )
+    kp: float = Field(default=0.2, ge=0, description="reacts to the change of the error")
+    ki: float = Field(default=1 / 30, ge=0, description="per second: how fast a lasting error is integrated")
+    kd: float = Field(default=0.0, ge=0, description="seconds: reacts to the load's acceleration")
+    tolerance: float = Field(
+        default=0.1, ge=0, lt=1, description="a proposal within this fraction of the count keeps it (the HPA's 10 %)"
+    )
     metric: str | None = Field(default=None, description="primary metric name; the first metric by default")
     setpoint: float | None = Field(default=None, gt=0, description="overrides the primary metric's target")
 

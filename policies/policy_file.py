@@ -28,6 +28,7 @@ from policies.spec import (
     Duration,
     Fallback,
     MetricSpec,
+    Seconds,
     StrictModel,
     parse_duration,
 )
@@ -56,32 +57,59 @@ ColdStart = Annotated[
 
 
 class TargetRef(StrictModel):
-    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
-    api_version: str = Field(default="apps/v1", alias="apiVersion")
-    namespace: str = Field(pattern=DNS_LABEL, max_length=63)
-    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
+    kind: Literal["Deployment", "StatefulSet"] = Field(
+        default="Deployment", description="the kind whose scale subresource is written"
+    )
+    api_version: str = Field(default="apps/v1", alias="apiVersion", description="the target's API group/version")
+    namespace: str = Field(pattern=DNS_LABEL, max_length=63, description="the target's namespace")
+    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253, description="the target's name")
 
 
 class PrometheusConfig(StrictModel):
-    url: str = "http://localhost:9090"
-    timeout: float = Field(default=5.0, gt=0)
-    bearer_token_file: str | None = Field(default=None, alias="bearerTokenFile")
-    ca_file: str | None = Field(default=None, alias="caFile")
-    insecure_skip_verify: bool = Field(default=False, alias="insecureSkipVerify")
-    staleness_seconds: Duration = Field(default=120, alias="stalenessSeconds", ge=1)
+    url: str = Field(default="http://localhost:9090", description="Prometheus' base URL")
+    timeout: Seconds = Field(default=5.0, gt=0, description="per query; a query past it is no value this tick")
+    bearer_token_file: str | None = Field(
+        default=None,
+        alias="bearerTokenFile",
+        description="a file holding the bearer token, re-read before each query so a rotated one is used",
+    )
+    ca_file: str | None = Field(default=None, alias="caFile", description="a CA bundle for an https URL")
+    insecure_skip_verify: bool = Field(
+        default=False, alias="insecureSkipVerify", description="skip TLS verification (tests only)"
+    )
+    staleness_seconds: Duration = Field(
+        default=120,
+        alias="stalenessSeconds",
+        ge=1,
+        description="a sample older than this is no value (measured from the sample's own timestamp)",
+    )
 
 
 class Workload(StrictModel):
-    target: TargetRef
-    min_replicas: int = Field(default=1, alias="minReplicas", ge=0)
-    max_replicas: int = Field(alias="maxReplicas", ge=1)
-    cold_start_seconds: ColdStart = Field(default=DEFAULT_COLD_START_SECONDS, alias="coldStartSeconds")
-    metrics: list[MetricSpec] = Field(min_length=1)
-    policy: dict[str, Any] = Field(default_factory=lambda: {"type": "threshold"})
-    behavior: Behavior = Behavior()
-    fallback: Fallback = Fallback()
-    replicas_query: str | None = Field(default=None, alias="replicasQuery")
-    activation: Activation | None = None
+    target: TargetRef = Field(description="the Deployment or StatefulSet to scale")
+    min_replicas: int = Field(
+        default=1, alias="minReplicas", ge=0, description="the floor; 0 needs an activation block"
+    )
+    max_replicas: int = Field(alias="maxReplicas", ge=1, description="the ceiling")
+    cold_start_seconds: ColdStart = Field(
+        default=DEFAULT_COLD_START_SECONDS,
+        alias="coldStartSeconds",
+        description="from scale-up to a ready replica; auto: measured from the target's ready count",
+    )
+    metrics: list[MetricSpec] = Field(min_length=1, description="the signals and their targets")
+    policy: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "threshold"}, description="the decision policy and its settings"
+    )
+    behavior: Behavior = Field(default=Behavior(), description="the HPA v2 behavior block: windows and rate limits")
+    fallback: Fallback = Field(default=Fallback(), description="what to do while metrics are missing")
+    replicas_query: str | None = Field(
+        default=None,
+        alias="replicasQuery",
+        description="PromQL for the ready count that record writes as ready_replicas; unset: kube-state-metrics'",
+    )
+    activation: Activation | None = Field(
+        default=None, description="what wakes a workload at zero, and how long it idles first"
+    )
 
     @property
     def key(self) -> str:
@@ -112,9 +140,9 @@ class Workload(StrictModel):
 
 
 class PolicyFile(StrictModel):
-    interval: Duration = Field(default=15, ge=1, le=3600)
-    prometheus: PrometheusConfig = PrometheusConfig()
-    workloads: list[Workload] = Field(min_length=1)
+    interval: Duration = Field(default=15, ge=1, le=3600, description="seconds between decisions")
+    prometheus: PrometheusConfig = Field(default=PrometheusConfig(), description="where the metrics are read")
+    workloads: list[Workload] = Field(min_length=1, description="the targets this file scales")
 
     def decider(self, workload: Workload, previous: WorkloadDecider | None = None) -> WorkloadDecider:
         """A decider for ``workload``; decision state of ``previous`` survives when the policy type is the same."""
@@ -333,7 +361,10 @@ def json_schema() -> dict[str, Any]:
     schema = PolicyFile.model_json_schema(by_alias=True)
     variants = [cls.Params.model_json_schema(by_alias=True) for cls in registry.available().values()]
     definitions = schema.setdefault("$defs", {})
-    definitions["Workload"]["properties"]["policy"] = {"anyOf": variants, "default": {"type": "threshold"}}
+    for variant in variants:  # a variant's "#/$defs/..." refs resolve against the root document
+        definitions.update(variant.pop("$defs", {}))
+    policy = definitions["Workload"]["properties"]["policy"]
+    definitions["Workload"]["properties"]["policy"] = {"anyOf": variants, **policy, "default": {"type": "threshold"}}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "vllm-autoscaler policy file"
     result: dict[str, Any] = json.loads(json.dumps(schema))

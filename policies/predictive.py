@@ -57,7 +57,7 @@ from pydantic import Field, model_validator
 from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
 from policies.replica_calculator import demand_in_replicas
 from policies.rise_history import RiseHistory
-from policies.spec import StrictModel
+from policies.spec import Seconds, StrictModel
 from policies.threshold import tolerance_for
 
 SIGNIFICANCE = 3.0
@@ -70,7 +70,7 @@ SHORTEST_HORIZON_S = 150.0  # below it, the one-minute signals' own noise, not t
 class TrendParams(StrictModel):
     """The trend a sustained rise is extrapolated by (``TrendState.growth``); on by default."""
 
-    window_seconds: float | None = Field(
+    window_seconds: Seconds | None = Field(
         default=None, alias="windowSeconds", gt=0, description="unset: twice the horizon, at least 8 intervals"
     )
     max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0, description="the growth's cap, times the demand")
@@ -88,10 +88,10 @@ class LearnedHeadroomParams(StrictModel):
     """The headroom blended with the one the demand's own rises call for (``RiseHistory``); off unless given
     (docs/findings.md, "One trace is one sample")."""
 
-    prior_seconds: float = Field(
+    prior_seconds: Seconds = Field(
         default=43_200.0, alias="priorSeconds", gt=0, description="how much history the configured headroom weighs as"
     )
-    memory_seconds: float = Field(
+    memory_seconds: Seconds = Field(
         default=86_400.0, alias="memorySeconds", gt=0, description="how long a rise is remembered"
     )
 
@@ -112,12 +112,18 @@ class PredictiveParams(StrictModel):
     """Top level: what the default decides with. The trend (on by default), the fleet's pooling and the learned
     headroom (off unless given) are blocks of their own, each with the evidence for its default linked."""
 
-    type: Literal["predictive"] = "predictive"
+    type: Literal["predictive"] = Field(
+        default="predictive", description="demand forecast one cold start ahead, plus a headroom"
+    )
     headroom: float | None = Field(
         default=None, ge=-0.75, le=10, description="unset: 0.6 * sqrt(max(horizon, 150 s) / 315 s)"
     )
-    tolerance: float = Field(default=0.1, ge=0, lt=1)
-    horizon_seconds: float | None = Field(default=None, alias="horizonSeconds", ge=0)
+    tolerance: float = Field(
+        default=0.1, ge=0, lt=1, description="a proposal within this fraction of the count keeps it (the HPA's 10 %)"
+    )
+    horizon_seconds: Seconds | None = Field(
+        default=None, alias="horizonSeconds", ge=0, description="how far ahead to forecast; unset: the cold start"
+    )
     # At two to four replicas the 10 % band is finer than one replica, and at a light load the one-minute
     # signals' noise crossed it every few minutes (docs/policy-file.md, "Policies").
     min_rise_replicas: float = Field(
@@ -126,9 +132,13 @@ class PredictiveParams(StrictModel):
         ge=0,
         description="a need less than this many replicas above the count keeps it (unless the tolerance is 0)",
     )
-    trend: TrendParams = TrendParams()
-    pooling: PoolingParams | None = None
-    learned_headroom: LearnedHeadroomParams | None = Field(default=None, alias="learnedHeadroom")
+    trend: TrendParams = Field(default=TrendParams(), description="the extrapolated rise; on by default")
+    pooling: PoolingParams | None = Field(default=None, description="a fleet's pooled capacity; off unless given")
+    learned_headroom: LearnedHeadroomParams | None = Field(
+        default=None,
+        alias="learnedHeadroom",
+        description="a headroom learned from the demand's rises; off unless given",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -45,6 +45,12 @@ DURATION_SCHEMA = {
     "description": "seconds, or a duration such as '90s', '5m', '1h30m', '7d'",
 }
 Duration = Annotated[int, BeforeValidator(parse_duration), WithJsonSchema(DURATION_SCHEMA)]
+SECONDS_SCHEMA = {
+    "anyOf": [{"type": "number", "minimum": 0}, DURATION_SCHEMA["anyOf"][1]],
+    "description": "seconds (fractions allowed), or a duration such as '90s', '5m', '1h30m'",
+}
+Seconds = Annotated[float, BeforeValidator(parse_duration), WithJsonSchema(SECONDS_SCHEMA)]
+"""A time in seconds that may be fractional; the same duration strings as :data:`Duration`."""
 
 
 class StrictModel(BaseModel):
@@ -59,14 +65,24 @@ class TargetType(StrEnum):
 
 
 class MetricTarget(StrictModel):
-    type: TargetType = TargetType.AVERAGE_VALUE
-    value: float = Field(gt=0)
+    type: TargetType = Field(
+        default=TargetType.AVERAGE_VALUE,
+        description="AverageValue: the value is the fleet's total, divided by the target per replica; "
+        "Value: the value is a level, proposing current * value / target (as the HPA)",
+    )
+    value: float = Field(gt=0, description="the target: per replica under AverageValue, the level under Value")
 
 
 class MetricSpec(StrictModel):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_:.\-]*$")
-    query: str | None = None
-    target: MetricTarget
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_:.\-]*$",
+        description="a built-in metric (its query is known) or a name of your own, which needs a query",
+    )
+    query: str | None = Field(
+        default=None, description="PromQL giving one value for the workload; unset: the built-in metric's query"
+    )
+    target: MetricTarget = Field(description="what one replica should carry, or the level to hold")
 
 
 class PolicyType(StrEnum):
@@ -81,20 +97,36 @@ class SelectPolicy(StrEnum):
 
 
 class ScalingPolicy(StrictModel):
-    type: PolicyType
-    value: int = Field(gt=0)
-    period_seconds: Duration = Field(alias="periodSeconds", ge=1, le=1800)
+    type: PolicyType = Field(description="Pods: at most value replicas per period; Percent: value % of the count")
+    value: int = Field(gt=0, description="replicas, or a percentage, per period")
+    period_seconds: Duration = Field(
+        alias="periodSeconds", ge=1, le=1800, description="the rate limit's window: changes within it are summed"
+    )
 
 
 class ScalingRules(StrictModel):
     """One direction of ``behavior``; ``None`` fields take the HPA default of their direction."""
 
     stabilization_window_seconds: Duration | None = Field(
-        default=None, alias="stabilizationWindowSeconds", ge=0, le=3600
+        default=None,
+        alias="stabilizationWindowSeconds",
+        ge=0,
+        le=3600,
+        description="act on the most conservative recommendation of this window (HPA: 0 up, 300 down)",
     )
-    select_policy: SelectPolicy | None = Field(default=None, alias="selectPolicy")
-    policies: list[ScalingPolicy] | None = None
-    tolerance: float | None = Field(default=None, ge=0)
+    select_policy: SelectPolicy | None = Field(
+        default=None,
+        alias="selectPolicy",
+        description="Max (default) or Min of the policies' limits; Disabled: never in this direction",
+    )
+    policies: list[ScalingPolicy] | None = Field(
+        default=None, description="rate limits; unset: the HPA's defaults for this direction"
+    )
+    tolerance: float | None = Field(
+        default=None,
+        ge=0,
+        description="a change within this fraction of the count is ignored (the HPA's per-direction tolerance)",
+    )
 
 
 DEFAULT_SCALE_UP = ScalingRules(
@@ -129,8 +161,8 @@ def _with_defaults(rules: ScalingRules | None, default: ScalingRules) -> Scaling
 
 
 class Behavior(StrictModel):
-    scale_up: ScalingRules | None = Field(default=None, alias="scaleUp")
-    scale_down: ScalingRules | None = Field(default=None, alias="scaleDown")
+    scale_up: ScalingRules | None = Field(default=None, alias="scaleUp", description="rules for adding replicas")
+    scale_down: ScalingRules | None = Field(default=None, alias="scaleDown", description="rules for removing replicas")
 
     def resolved(self) -> ResolvedBehavior:
         return ResolvedBehavior(
@@ -163,8 +195,10 @@ class Fallback(StrictModel):
     metric value can.
     """
 
-    failure_threshold: int = Field(default=3, alias="failureThreshold", ge=1)
-    replicas: int | None = Field(default=None, ge=0)
+    failure_threshold: int = Field(
+        default=3, alias="failureThreshold", ge=1, description="ticks in a row without usable metrics"
+    )
+    replicas: int | None = Field(default=None, ge=0, description="the count to go to then; unset: hold the count")
 
 
 class Activation(StrictModel):

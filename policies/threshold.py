@@ -12,8 +12,12 @@ from policies.spec import StrictModel
 
 
 class ThresholdParams(StrictModel):
-    type: Literal["threshold"] = "threshold"
-    tolerance: float = Field(default=0.1, ge=0, lt=1)
+    type: Literal["threshold"] = Field(
+        default="threshold", description="the HPA's rule: each metric's proposal, the largest wins"
+    )
+    tolerance: float = Field(
+        default=0.1, ge=0, lt=1, description="a proposal within this fraction of the count keeps it (the HPA's 10 %)"
+    )
 
 
 def tolerance_for(ctx: WorkloadContext, default: float) -> Tolerance:

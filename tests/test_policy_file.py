@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli import main
-from policies.policy_file import PolicyFileError, parse_policy_document, parse_policy_text
+from policies.policy_file import PolicyFileError, json_schema, parse_policy_document, parse_policy_text
 from policies.spec import parse_duration
 from tests.helpers import workload_doc
 
@@ -200,3 +200,49 @@ def test_print_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert workload["additionalProperties"] is False
     policy_types = {v["properties"]["type"]["const"] for v in workload["properties"]["policy"]["anyOf"]}
     assert policy_types == {"threshold", "pid", "predictive"}
+
+
+def _properties(node: object, path: str = "") -> list[tuple[str, dict[str, object]]]:
+    """Every property of the schema, with where it sits."""
+    found: list[tuple[str, dict[str, object]]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "properties":
+                for name, prop in value.items():
+                    found.append((f"{path}.{name}", prop))
+                    found += _properties(prop, f"{path}.{name}")
+            else:
+                found += _properties(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for item in node:
+            found += _properties(item, path)
+    return found
+
+
+def test_the_schema_describes_every_field() -> None:
+    undescribed = [path for path, prop in _properties(json_schema()) if not prop.get("description")]
+    assert undescribed == []
+
+
+SHIPPED_POLICIES = sorted(Path(__file__).parents[1].glob("deploy/examples/policies/*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_POLICIES, ids=lambda p: p.name)
+def test_the_schema_accepts_the_shipped_policies_and_its_refs_resolve(path: Path) -> None:
+    import jsonschema
+    import yaml
+
+    validator = jsonschema.Draft202012Validator(json_schema())
+    document = yaml.safe_load(path.read_text())
+    assert list(validator.iter_errors(document)) == []
+    document["workloads"][0]["maxReplica"] = 8
+    assert [e.validator for e in validator.iter_errors(document)] == ["additionalProperties"]
+
+
+def test_a_seconds_setting_takes_the_duration_syntax_too() -> None:
+    doc = workload_doc(policy={"type": "predictive", "horizonSeconds": "5m", "trend": {"windowSeconds": "90s"}})
+    decider = parse_policy_document(doc).workloads[0].build_policy(15)
+    assert decider.params.horizon_seconds == 300  # type: ignore[attr-defined]
+    assert decider.params.trend.window_seconds == 90  # type: ignore[attr-defined]
+    doc["prometheus"] = {"timeout": "2s"}
+    assert parse_policy_document(doc).prometheus.timeout == 2
