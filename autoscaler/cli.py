@@ -659,22 +659,42 @@ def cmd_import_keda(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="vllm-autoscaler",
-        description="Autoscale vLLM Deployments on vLLM's own Prometheus metrics.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+def _common_flags(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument(
         "-v",
         "--verbose",
         "--debug",
         dest="debug",
         action="store_true",
+        default=default,
         help="show the traceback of an unexpected error",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no notes and no progress on standard error")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="no notes and no progress on standard error"
+    )
+
+
+def _parented(common: argparse.ArgumentParser) -> type[argparse.ArgumentParser]:
+    """A subcommand parser class that inherits ``common``'s flags."""
+
+    class Subcommand(argparse.ArgumentParser):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, parents=[common], **kwargs)
+
+    return Subcommand
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-autoscaler",
+        description="Autoscale vLLM Deployments on vLLM's own Prometheus metrics.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _common_flags(parser, default=False)
+    # The same flags after the command too (`simulate ... -q`); SUPPRESS keeps a flag given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    _common_flags(common, default=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_parented(common))
 
     p = sub.add_parser("validate", help="check a policy file; print each problem with its field path")
     p.add_argument("--config", metavar="FILE")

@@ -116,6 +116,19 @@ def test_replay_output_json_parses_and_quiet_says_nothing(capsys: pytest.Capture
     assert shown["ticks"] == len(shown["decisions"]) and shown["scale_events"] > 0
     assert list(shown["decisions"][0]) == DECISION_HEADER  # the CSV's columns, in its order
     assert captured.err == ""
+    assert main([*args, "-q"]) == 0  # after the command too, as people type it
+    assert json.loads((after := capsys.readouterr()).out) == shown and after.err == ""
+
+
+def test_global_flags_given_before_the_command_stay_set() -> None:
+    from autoscaler.cli import build_parser
+
+    before = build_parser().parse_args(["-q", "-v", "validate", "--print-schema"])
+    after = build_parser().parse_args(["validate", "--print-schema", "--debug"])
+    neither = build_parser().parse_args(["validate", "--print-schema"])
+    assert (before.quiet, before.debug) == (True, True)
+    assert (after.quiet, after.debug) == (False, True)
+    assert (neither.quiet, neither.debug) == (False, False)
 
 
 def test_validate_says_when_a_workload_goes_to_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
