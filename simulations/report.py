@@ -341,21 +341,15 @@ def plot(path: str | Path, comparison: Comparison) -> None:
 
 
 def _cost_against_attainment(ax: Any, comparison: Comparison) -> None:
-    """One point per policy: GPU-hours against SLO attainment, the target drawn, static-best and the oracle's
-    cost (a lower bound, not a policy) marked, so the cheapest policy that meets the SLO is the lowest
-    point right of the line."""
+    """One point per policy: GPU-hours against SLO attainment, the target drawn, static-best (a square), the
+    clairvoyant (a diamond: the floor a forecast could reach) and the oracle's cost (a lower bound, not a
+    policy) marked, so the cheapest policy that meets the SLO is the lowest point right of the line."""
+    baseline_marks = {"static-best": ("s", "black"), "clairvoyant": ("D", "dimgrey")}
     for result in comparison.results:
         if result.policy.startswith("oracle") or result.abandoned:
             continue
-        static = result.policy.startswith("static-best")
-        ax.scatter(
-            result.slo_attainment,
-            result.gpu_hours,
-            marker="s" if static else "o",
-            s=60,
-            color="black" if static else None,
-            zorder=3,
-        )
+        marker, color = baseline_marks.get(result.policy, ("o", None))
+        ax.scatter(result.slo_attainment, result.gpu_hours, marker=marker, s=60, color=color, zorder=3)
         ax.annotate(
             result.policy,
             (result.slo_attainment, result.gpu_hours),
