@@ -18,16 +18,18 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from autoscaler import __version__
+from policies.metric_names import blind_to_prefill
 from policies.policy_file import (
     PolicyFile,
     PolicyFileError,
+    Workload,
     json_schema,
     load_policy_file,
     parse_policy_document,
     parse_policy_text,
 )
 from policies.registry import policy_class
-from policies.spec import parse_duration
+from policies.spec import Slo, parse_duration
 from simulations.recorded import RecordedMetricsError, read_ticks
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
 
 
+DEFAULT_SLO_TTFT_S = 2.0  # simulate's SLO where neither a flag nor the file's slo block gives one
+DEFAULT_SLO_TARGET = 0.99
 QUIET = {"on": False}  # -q: no notes, no progress; errors are always said
 
 
@@ -225,6 +229,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 "maxReplicas": w.max_replicas,
                 "metrics": [m.name for m in w.metrics],
                 **({"activation": w.activation.model_dump(by_alias=True)} if w.activation else {}),
+                **({"slo": w.slo.model_dump(by_alias=True)} if w.slo else {}),
+                "warnings": _signal_warnings(w),
             }
             for w in document.workloads
         ]
@@ -237,14 +243,32 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     if w.activation
                     else ""
                 )
+                slo = (
+                    f"; SLO: {w.slo.ttft_seconds:g} s to first token for {w.slo.target:.2%} of requests"
+                    if w.slo
+                    else ""
+                )
                 print(
                     f"{w.key}: {w.policy_type}, {w.min_replicas}-{w.max_replicas} replicas, "
-                    f"metrics {', '.join(m.name for m in w.metrics)}{zero}"
+                    f"metrics {', '.join(m.name for m in w.metrics)}{zero}{slo}"
                 )
+                for warning in _signal_warnings(w):
+                    print(f"warning: {w.key}: {warning}", file=sys.stderr)
             print(f"{source}: valid")
     if args.output == "json":
         print(json.dumps({"valid": failed == 0, "policies": report}, indent=2))
     return EXIT_BAD_INPUT if failed else EXIT_OK
+
+
+def _signal_warnings(workload: Workload) -> list[str]:
+    """What ``validate`` warns of in a valid workload: signals that cannot see what the SLO depends on."""
+    if not blind_to_prefill([m.name for m in workload.metrics]):
+        return []
+    return [
+        "its only signals are waiting requests and KV-cache usage, which do not see prefill load: with a large "
+        "max_num_seqs nothing waits while the time to first token grows inside the batch, and the KV gauge is the "
+        "busiest replica's reservation; add prompt_tokens_per_second (docs/findings.md)"
+    ]
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -323,9 +347,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         if len(document.workloads) > 1:
             print(f"vllm-autoscaler: simulating the first workload, {document.workloads[0].key}", file=sys.stderr)
-    if not 0 < args.slo_target <= 1 or args.slo_ttft <= 0:
+    if (args.slo_target is not None and not 0 < args.slo_target <= 1) or (
+        args.slo_ttft is not None and args.slo_ttft <= 0
+    ):
         _error("--slo-target must be in (0, 1] and --slo-ttft positive")
         return EXIT_BAD_INPUT
+    args.slo_ttft, args.slo_target = _simulated_slo(args, document)
     try:  # before any expensive work: an unknown --policy is said at once
         for policy_type in args.policy or []:
             policy_class(policy_type)
@@ -348,6 +375,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             trace = trace.window(*args.window)
         if document is None:
             document, sizing = sized_builtin(model, trace, args.slo_ttft, args.slo_target, _StderrNote())
+        document = _with_slo(document, args.slo_ttft, args.slo_target)
         workload = document.workloads[0]
         if args.time_scale != 1.0:
             trace = trace.scaled(args.time_scale)
@@ -411,6 +439,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _write_failed(exc, written)
     return EXIT_OK
+
+
+def _simulated_slo(args: argparse.Namespace, document: PolicyFile | None) -> tuple[float, float]:
+    """The SLO a simulation judges by: each flag given, else the file's ``slo`` block, else 2 s for 99 %."""
+    slo = document.workloads[0].slo if document is not None else None
+    ttft = args.slo_ttft if args.slo_ttft is not None else (slo.ttft_seconds if slo else DEFAULT_SLO_TTFT_S)
+    target = args.slo_target if args.slo_target is not None else (slo.target if slo else DEFAULT_SLO_TARGET)
+    return ttft, target
+
+
+def _with_slo(document: PolicyFile, ttft: float, target: float) -> PolicyFile:
+    """The document whose first workload says the SLO it is simulated for, so that ``--write-config`` writes it."""
+    workload = document.workloads[0].model_copy(update={"slo": Slo(ttftSeconds=ttft, target=target)})
+    return document.model_copy(update={"workloads": [workload, *document.workloads[1:]]})
 
 
 def _builtin_scenarios(args: argparse.Namespace) -> bool:
@@ -679,7 +721,8 @@ def _parented(common: argparse.ArgumentParser) -> type[argparse.ArgumentParser]:
 
     class Subcommand(argparse.ArgumentParser):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, parents=[common], **kwargs)
+            kwargs["parents"] = [common, *kwargs.get("parents", [])]
+            super().__init__(*args, **kwargs)
 
     return Subcommand
 
@@ -767,14 +810,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cold-start", type=_seconds, metavar="SECONDS", help="overrides coldStartSeconds (300, 5m)")
     p.add_argument(
         "--slo-ttft",
-        type=_finite,
-        default=2.0,
+        type=_seconds,
         metavar="SECONDS",
-        help="time to first token beyond the request's own prefill (default 2); without --config, a tighter "
-        "SLO than 2 s for 99%% sizes the built-in targets by a load test",
+        help="time to first token beyond the request's own prefill (default: the file's slo.ttftSeconds, else 2); "
+        "without --config, a tighter SLO than 2 s for 99%% sizes the built-in targets by a load test",
     )
     p.add_argument(
-        "--slo-target", type=_finite, default=0.99, metavar="FRACTION", help="share of requests (default 0.99)"
+        "--slo-target",
+        type=_finite,
+        metavar="FRACTION",
+        help="share of requests (default: the file's slo.target, else 0.99)",
     )
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--policy", action="append", metavar="TYPE", help="policy type to compare (repeatable)")

@@ -33,3 +33,11 @@ def described() -> str:
     """The names as a list for a message: ``a, b, kv_cache_usage_perc (gpu_cache_usage_perc), ...``."""
     names = [n for n in BUILTIN_METRIC_NAMES if canonical(n) == n]
     return ", ".join(f"{n} ({', '.join(KV_CACHE_ALIASES[1:])})" if n == KV_CACHE else n for n in names)
+
+
+def blind_to_prefill(names: list[str]) -> bool:
+    """Whether a workload's only signals are waiting requests and the KV cache's usage (the design article's
+    pair). With a large ``max_num_seqs`` every request is admitted at once, so nothing waits while the time to
+    first token grows inside the batch, and the KV gauge is the busiest replica's reservation: neither sees
+    prefill load, where prompt tokens per second does (docs/findings.md, "What the article's signals miss")."""
+    return bool(names) and {canonical(n) for n in names} <= {"num_requests_waiting", KV_CACHE}

@@ -29,6 +29,7 @@ from policies.spec import (
     Fallback,
     MetricSpec,
     Seconds,
+    Slo,
     StrictModel,
     parse_duration,
 )
@@ -110,6 +111,7 @@ class Workload(StrictModel):
     activation: Activation | None = Field(
         default=None, description="what wakes a workload at zero, and how long it idles first"
     )
+    slo: Slo | None = Field(default=None, description="the latency objective simulate judges by")
 
     @property
     def key(self) -> str:

@@ -215,3 +215,14 @@ class Activation(StrictModel):
         le=7 * 86400,
         description="no request at the gateway or in any replica for this long before it goes to zero",
     )
+
+
+class Slo(StrictModel):
+    """The workload's latency objective: ``target`` of requests get their first token within ``ttftSeconds``.
+    ``simulate`` judges by it where no ``--slo-*`` flag is given, and its flags fill it in where the file has
+    none, so the file ``--write-config`` writes says what it was sized for (docs/policy-file.md#the-slo-block)."""
+
+    ttft_seconds: Seconds = Field(
+        alias="ttftSeconds", gt=0, le=3600, description="the time to first token a request should get"
+    )
+    target: float = Field(default=0.99, gt=0, le=1, description="the share of requests that should get it")

@@ -9,6 +9,7 @@ import pytest
 
 from autoscaler.cli import main
 from policies.predictive import with_settings
+from policies.spec import Slo
 from simulations.builtin import builtin_policy
 from simulations.replica_model import ReplicaModel
 from simulations.runner import RunResult
@@ -41,6 +42,7 @@ def test_the_written_policy_file_runs_the_cheapest_policy_as_it_was_simulated(
     document = load_policy_file(str(written))
     workload = document.workloads[0]
     assert workload.policy_type == best["policy"] and workload.cold_start_seconds == 120
+    assert workload.slo == Slo(ttftSeconds=2, target=0.99)  # what it was sized for, from the flags' defaults
     for knob, value in best["tuned"].items():
         if knob == "target":  # the file's own target, if it was the one, to the four decimals tuning names
             assert workload.metrics[0].target.value == pytest.approx(value, abs=5e-5)

@@ -218,3 +218,20 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(
         assert main([*args, "--out", "/dev/full"]) == 1
         captured = capsys.readouterr()
         assert "cannot write /dev/full: No space left on device" in captured.err and "static-best" in captured.out
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], (5.0, 0.95)),  # the file's slo block
+        (["--slo-ttft", "1.5"], (1.5, 0.95)),  # each flag given wins
+        (["--slo-target", "0.9"], (5.0, 0.9)),
+    ],
+)
+def test_simulate_judges_by_the_files_slo_unless_a_flag_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], expected: tuple[float, float]
+) -> None:
+    config = policy_file(tmp_path, slo={"ttftSeconds": "5s", "target": 0.95})
+    assert main(["-q", "simulate", "--config", str(config), "--time-scale", "8", "-o", "json", *flags]) == 0
+    model = json.loads(capsys.readouterr().out)["model"]
+    assert (model["slo_ttft_s"], model["slo_target"]) == expected
