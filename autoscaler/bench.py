@@ -41,6 +41,7 @@ import requests
 from autoscaler.logs import configure
 from autoscaler.testing.kube import KubeServer, rbac_rules
 from autoscaler.testing.servers import Unavailable
+from simulations.results import write_dated
 
 NAMESPACES = ("llm-a", "llm-b", "llm-c", "llm-d")
 HPA_SYNC_S = 15.0
@@ -358,41 +359,20 @@ TARGETS = {
 
 def write_report(folder: Path, out: dict[str, Any], argv: list[str]) -> Path:
     """A dated Markdown report of one run: the command, the version, the machine, every figure."""
-    import datetime
-    import platform
-
-    from autoscaler import __version__
-
-    folder.mkdir(parents=True, exist_ok=True)
-    today = datetime.date.today().isoformat()
-    path = folder / f"{today}-daemon-bench.md"
-    machine = out["machine"]
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     rows = [
         f"| `{key}` | {value} | {TARGETS.get(key, '')} |"
         for key, value in out.items()
         if key != "machine" and not isinstance(value, (list, dict))
     ]
+    body = [
+        "| figure | measured | target |",
+        "|---|---|---|",
+        *rows,
+        "",
+        "What each figure measures is in the module docstring of `autoscaler/bench.py`.",
+    ]
     command = " ".join(["python -m autoscaler.bench", *argv])
-    text = "\n".join(
-        [
-            f"# The daemon's benchmark, {today}",
-            "",
-            f"Written by `{command}` (vllm-autoscaler {__version__}); do not edit by hand, run it again.",
-            "",
-            f"Machine: {machine['cpus']} CPUs, {memory:.0f} GiB, {platform.machine()}, {platform.system()} "
-            f"{platform.release()}, Python {machine['python']}.",
-            "",
-            "| figure | measured | target |",
-            "|---|---|---|",
-            *rows,
-            "",
-            "What each figure measures is in the module docstring of `autoscaler/bench.py`.",
-            "",
-        ]
-    )
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_dated(folder, "daemon-bench", "The daemon's benchmark", command, body)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from simulations.builtin import sized_builtin
 from simulations.compare import footing
 from simulations.contenders import policy_contender, policy_variant
 from simulations.replica_model import ReplicaModel, parse_overrides
+from simulations.results import write_dated
 from simulations.runner import RunResult, run
 from simulations.traces import Trace, load_trace, read_rate, synthetic_day
 from simulations.tuning import tune
@@ -302,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vllm-autoscaler-matrix")
     parser.add_argument("--jobs", type=int, default=mp.cpu_count())
     parser.add_argument("--out", type=Path, help="the rows as JSON")
+    parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
     args = parser.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     chosen = [s for s in scenarios(args.scenarios) if args.only in s.name]
@@ -329,7 +331,44 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"settings": settings, "summary": summary(rows, targets)}))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    if args.report:
+        given = sys.argv[1:] if argv is None else argv
+        print(f"wrote {write_report(args.report, rows, targets, settings, args, given)}", file=sys.stderr)
     return 0
+
+
+def write_report(
+    folder: Path,
+    rows: list[dict[str, Any]],
+    targets: dict[str, float],
+    settings: dict[str, Any],
+    args: Any,
+    argv: list[str],
+) -> Path:
+    """The rows as a dated Markdown table (GPU-hours and SLO attainment per contender, and the verdict), then the
+    summary."""
+    shown = [p for p in PREFIXES if any(f"{p}_gpu_hours" in r for r in rows)]
+    lines = [
+        f"Settings of the variant: `{json.dumps(settings)}`; scenarios: `{args.scenarios}`"
+        + (f", only `{args.only}`" if args.only else "")
+        + ". GPU-hours, SLO attainment and the verdict against the fixed fleet (win: meets it for less).",
+        "",
+        "| scenario | static-best | " + " | ".join(p.replace("_", " ") for p in shown) + " |",
+        "|---" * (2 + len(shown)) + "|",
+    ]
+    for row in rows:
+        static = f"{row['static_replicas']}, {row['static_gpu_hours']}" if row["static_replicas"] else "none"
+        cells = [
+            f"{row[f'{p}_gpu_hours']} ({row[f'{p}_slo']:.4f})"
+            + (f" {_verdict(row, targets[row['scenario']], p)}" if row["static_replicas"] else "")
+            if f"{p}_gpu_hours" in row
+            else ""
+            for p in shown
+        ]
+        lines.append(f"| {row['scenario']} | {static} | " + " | ".join(cells) + " |")
+    lines += ["", f"Summary: `{json.dumps(summary(rows, targets))}`"]
+    command = " ".join(["python -m simulations.matrix", *argv])
+    return write_dated(folder, f"matrix-{args.scenarios}", "The policy matrix", command, lines)
 
 
 if __name__ == "__main__":

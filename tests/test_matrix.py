@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from simulations.matrix import SERVEGEN, SERVEGEN_DAY_WINDOWS, scenarios, servegen_whole_days, summary
+from simulations.matrix import SERVEGEN, SERVEGEN_DAY_WINDOWS, scenarios, servegen_whole_days, summary, write_report
 
 
 def _row(name: str, static: int | None, variant: tuple[float, float] | None = None, least: int = 2) -> dict[str, Any]:
@@ -60,3 +60,19 @@ def test_the_recorded_set_runs_every_servegen_day_without_a_gap_but_the_short_se
     assert set(names) == {f"servegen{day + 1}@{cold}" for day in gapless if day > 1 for cold in (60, 300)}
     assert not set(names) & {s.name for s in scenarios("short")}
     assert {10, 11, 12} <= set(gapless)  # the long set's three consecutive days
+
+
+def test_the_report_says_what_made_it_and_every_row(tmp_path: Path) -> None:
+    import argparse
+    import datetime
+
+    rows = [_row("a", 10, (80.0, 0.995)), _row("d", None, (80.0, 0.98))]
+    args = argparse.Namespace(scenarios="short", only="")
+    argv = ["--set", "headroom=0.5", "--report", str(tmp_path)]
+    path = write_report(tmp_path, rows, {"a": 0.99, "d": 0.99}, {"policy": {"headroom": 0.5}}, args, argv)
+    assert path.name == f"{datetime.date.today().isoformat()}-matrix-short.md"
+    text = path.read_text()
+    assert f"Written by `python -m simulations.matrix --set headroom=0.5 --report {tmp_path}` (vllm-autoscaler " in text
+    assert "\nMachine: " in text
+    assert "| a | 10, 100.0 | 90.0 (0.9950) win | 80.0 (0.9950) win |" in text
+    assert "| d | none | 90.0 (0.9950) | 80.0 (0.9800) |" in text  # no verdict where no fixed fleet meets
