@@ -348,10 +348,12 @@ def write_report(
     """The rows as a dated Markdown table (GPU-hours and SLO attainment per contender, and the verdict), then the
     summary."""
     shown = [p for p in PREFIXES if any(f"{p}_gpu_hours" in r for r in rows)]
+    variant = f"the variant: `{json.dumps(settings)}`" if settings else "no variant, the default alone"
     lines = [
-        f"Settings of the variant: `{json.dumps(settings)}`; scenarios: `{args.scenarios}`"
-        + (f", only `{args.only}`" if args.only else "")
-        + ". GPU-hours, SLO attainment and the verdict against the fixed fleet (win: meets it for less).",
+        f"Scenarios: `{args.scenarios}`" + (f", only `{args.only}`" if args.only else "") + f"; {variant}. "
+        "Each cell: GPU-hours, SLO attainment and the verdict against the fixed fleet (win: meets it for less; "
+        "dear: meets it for more; miss). The fixed fleets' searches and the default's runs were computed, or read from "
+        f"`--cache` ({args.cache}) where a run had left them (delete it when the simulator changes).",
         "",
         "| scenario | static-best | " + " | ".join(p.replace("_", " ") for p in shown) + " |",
         "|---" * (2 + len(shown)) + "|",

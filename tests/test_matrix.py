@@ -67,7 +67,7 @@ def test_the_report_says_what_made_it_and_every_row(tmp_path: Path) -> None:
     import datetime
 
     rows = [_row("a", 10, (80.0, 0.995)), _row("d", None, (80.0, 0.98))]
-    args = argparse.Namespace(scenarios="short", only="")
+    args = argparse.Namespace(scenarios="short", only="", cache=tmp_path)
     argv = ["--set", "headroom=0.5", "--report", str(tmp_path)]
     path = write_report(tmp_path, rows, {"a": 0.99, "d": 0.99}, {"policy": {"headroom": 0.5}}, args, argv)
     assert path.name == f"{datetime.date.today().isoformat()}-matrix-short.md"
