@@ -265,7 +265,7 @@ def _signal_warnings(workload: Workload) -> list[str]:
     if not blind_to_prefill([m.name for m in workload.metrics]):
         return []
     return [
-        "its only signals are waiting requests and KV-cache usage, which do not see prefill load: with a large "
+        "its only signals are waiting requests or KV-cache usage, which do not see prefill load: with a large "
         "max_num_seqs nothing waits while the time to first token grows inside the batch, and the KV gauge is the "
         "busiest replica's reservation; add prompt_tokens_per_second (docs/findings.md)"
     ]
