@@ -24,26 +24,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from policies.histogram import TTFT_BUCKETS, histogram_quantile
 from simulations.replica_model import ReplicaModel
 from simulations.traces import Trace, held_prefix
 
-TTFT_WINDOW_S = 60.0
 RATE_WINDOW_S = 60.0
 # Prefix-aware routing weighs a replica's cached prefix only against replicas this close to the least
 # busy, in waiting requests: the load guard of cache-aware routers (SGLang's balances load first when
 # queues differ by more than a threshold), here the built-in workload's backlog target of two a replica.
 PREFIX_ROUTING_SLACK = 2
-
-
-def quantile_of_few(values: list[float], q: float) -> float:
-    """``np.quantile(values, q)`` (its default, linear method) to the bit, without numpy's per-call cost
-    (40-50 us, most of a scrape's) on the few values a one-minute window holds."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    below = math.floor(position)
-    low, high = ordered[below], ordered[min(below + 1, len(ordered) - 1)]
-    gamma, rise = position - below, high - low
-    return high - rise * (1 - gamma) if gamma >= 0.5 else low + rise * gamma
 
 
 def group_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,10 +177,12 @@ class Scrape:
     waiting: float
     running: float
     kv_max: float
-    ttft_p90: float | None
     prompt_tokens_total: float
     generation_tokens_total: float
     per_pod_waiting: tuple[float, ...]
+    # ``vllm:time_to_first_token_seconds_bucket`` summed over every replica: cumulative counts of first tokens
+    # at or below each of ``TTFT_BUCKETS``, then ``+Inf`` (all of them).
+    ttft_buckets: tuple[float, ...] = ()
 
 
 class Fleet:
@@ -229,8 +220,7 @@ class Fleet:
         self.r_tokens_per_step: np.ndarray | None = None
         self.prompt_tokens_total = 0.0
         self.generation_tokens_total = 0.0
-        self.ttft_at: list[float] = []
-        self.ttft_value: list[float] = []
+        self.ttft_counts = np.zeros(len(TTFT_BUCKETS) + 1)  # first tokens per bucket, not cumulative
         self.replica_seconds = 0.0
         self.left = 0  # requests finished or dropped: the gateway holds ``next_arrival - left`` open
         self.scrapes: deque[Scrape] = deque()
@@ -497,9 +487,8 @@ class Fleet:
                 self.r_start[done] + model.idle_prefill_s(self.computed[reqs]),
             )
             self.first_token[reqs] = at
-            order = np.argsort(at)
-            self.ttft_at.extend(at[order].tolist())
-            self.ttft_value.extend((at - self.arrival[reqs])[order].tolist())
+            ttft = at - self.arrival[reqs]
+            self.ttft_counts += np.bincount(np.searchsorted(TTFT_BUCKETS, ttft), minlength=len(self.ttft_counts))
             self.generation_tokens_total += float(len(done))
             finished[done] = self.r_dec[done] <= 1e-9
         self._decode(end, iterations, ~prefilling, finished)
@@ -536,8 +525,7 @@ class Fleet:
             req = int(self.r_req[i])
             at = max(now + min(finish_frac, 1.0) * dt, start + float(model.idle_prefill_s(self.computed[req])))
             self.first_token[req] = at
-            self.ttft_at.append(at)
-            self.ttft_value.append(at - float(self.arrival[req]))
+            self.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, at - float(self.arrival[req]))] += 1
             self.generation_tokens_total += 1.0
             finished[i] = self.r_dec[i] <= 1e-9
         self._decode(end, iterations, ~prefilling, finished)
@@ -586,17 +574,6 @@ class Fleet:
 
     # -- what Prometheus sees ---------------------------------------------------------------------
 
-    def _ttft_p90(self, now: float) -> float | None:
-        """The 90th percentile of the first tokens of the last ``TTFT_WINDOW_S``. Scrapes come in time
-        order, so the older ones are dropped: a trace of tens of millions of requests would otherwise keep
-        two floats for each of them for the whole run."""
-        old = bisect.bisect_right(self.ttft_at, now - TTFT_WINDOW_S)
-        del self.ttft_at[:old], self.ttft_value[:old]
-        hi = bisect.bisect_right(self.ttft_at, now)
-        if hi == 0:
-            return None
-        return quantile_of_few(self.ttft_value[:hi], 0.9)
-
     def _scrape(self, now: float) -> None:
         up = [r for r in self.live if r.ready_at <= now]
         waiting = tuple(float(len(r.waiting)) for r in up)
@@ -606,10 +583,10 @@ class Fleet:
             waiting=float(sum(waiting)),
             running=float(sum(r.running for r in up)),
             kv_max=max((r.kv_reserved / self.model.kv_cache_tokens for r in up), default=math.nan),
-            ttft_p90=self._ttft_p90(now),
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
             per_pod_waiting=waiting,
+            ttft_buckets=tuple(np.cumsum(self.ttft_counts).tolist()),
         )
         self.scrapes.append(scrape)
         self.last_scrape_at = now
@@ -621,13 +598,27 @@ class Fleet:
             return None
         return self.scrapes[-1]
 
+    def _window(self, now: float) -> tuple[Scrape, Scrape] | None:
+        """The first and the last scrape of the last ``RATE_WINDOW_S``, what ``rate(...[1m])`` reads."""
+        window = [s for s in self.scrapes if now - RATE_WINDOW_S <= s.at <= now]
+        return (window[0], window[-1]) if len(window) >= 2 else None
+
     def rate(self, attr: str, now: float) -> float | None:
         """``rate(counter[1m])`` from the scrapes of the last minute."""
-        window = [s for s in self.scrapes if now - RATE_WINDOW_S <= s.at <= now]
-        if len(window) < 2:
+        if (ends := self._window(now)) is None:
             return None
-        first, last = window[0], window[-1]
+        first, last = ends
         return float(getattr(last, attr) - getattr(first, attr)) / (last.at - first.at)
+
+    def ttft_quantile(self, q: float, now: float) -> float | None:
+        """``histogram_quantile(q, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))``: NaN where
+        no first token came in the window, as Prometheus gives."""
+        if (ends := self._window(now)) is None:
+            return None
+        first, last = ends
+        edges = (*TTFT_BUCKETS, math.inf)
+        increase = {edge: b - a for edge, a, b in zip(edges, first.ttft_buckets, last.ttft_buckets, strict=True)}
+        return histogram_quantile(q, increase)
 
     @property
     def gateway_open(self) -> int:

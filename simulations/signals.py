@@ -21,10 +21,12 @@ def _gauge(scrape: Scrape | None, value: Callable[[Scrape], float]) -> float | N
     return None if math.isnan(result) else result
 
 
-def _quantile(scrape: Scrape | None) -> float | None:
+def _quantile(fleet: Fleet, now: float) -> float | None:
+    """The TTFT p90 from the replicas' histograms; none with no pod up, NaN with no first token in the window."""
+    scrape = fleet.latest_scrape(now)
     if scrape is None or scrape.up == 0:
         return None
-    return math.nan if scrape.ttft_p90 is None else scrape.ttft_p90
+    return fleet.ttft_quantile(0.9, now)
 
 
 def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
@@ -36,7 +38,7 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
     if name in KV_CACHE_ALIASES:
         return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.kv_max)
     if name == TTFT_P90:  # NaN with pods up and no first token in the window, as histogram_quantile gives
-        return lambda f, now: _quantile(f.latest_scrape(now))
+        return _quantile
     if name == "prompt_tokens_per_second":
         return lambda f, now: f.rate("prompt_tokens_total", now)
     if name == "generation_tokens_per_second":

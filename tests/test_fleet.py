@@ -92,17 +92,30 @@ def test_a_prompt_longer_than_the_slo_alone_on_an_idle_replica_meets_it() -> Non
     assert slo_met(fleet, 2.0).all()
 
 
-def test_the_scrape_windows_quantile_is_numpys_to_the_bit() -> None:
-    """Rounding differs between the two ways to interpolate in about 1 array in 250; numpy takes the one
-    from the upper end past the midpoint, and so must ``quantile_of_few``."""
-    from simulations.fleet import quantile_of_few
+def test_the_replicas_expose_vllms_ttft_histogram() -> None:
+    """Each scrape holds ``vllm:time_to_first_token_seconds_bucket`` over vLLM's own edges: every first token
+    so far, counted at or below each edge; the TTFT p90 is Prometheus's quantile of its last minute's increase,
+    NaN once a minute passes without a first token."""
+    from policies.histogram import TTFT_BUCKETS, histogram_quantile
 
-    rng = np.random.default_rng(7)
-    for i in range(5000):
-        n = int(rng.integers(1, 400))
-        values = [rng.random(n) * 10, rng.lognormal(0, 2, n), np.round(rng.random(n) * 5, 1)][i % 3]
-        for q in (0.5, 0.9, 0.99):
-            assert quantile_of_few(values.tolist(), q) == float(np.quantile(values, q)), (n, q)
+    fleet = Fleet(ReplicaModel(), poisson_trace(0.8, 400, 1500, 50), 2)
+    now, seen, quiet_since = 0.0, [], None
+    while quiet_since is None or now < quiet_since + 90:
+        fleet.step(now)
+        if (scrape := fleet.latest_scrape(now)) is not None and scrape.at == now:
+            seen.append((now, fleet.ttft_quantile(0.9, now)))
+        if quiet_since is None and fleet.done:
+            quiet_since = now
+        now += fleet.model.step_s
+    ttft = fleet.first_token - fleet.arrival
+    buckets = fleet.latest_scrape(now).ttft_buckets  # type: ignore[union-attr]
+    assert buckets == (*(float(np.count_nonzero(ttft <= edge)) for edge in TTFT_BUCKETS), 400.0)
+    middle = [q for t, q in seen if 120 < t < fleet.trace.arrival_s[-1]]
+    # A steady load: the minute's quantiles, read from buckets 2.5 s apart there, about the run's own p90.
+    exact = float(np.quantile(ttft, 0.9))
+    assert middle and 0.75 * exact < float(np.median(middle)) < 1.25 * exact, (exact, np.median(middle))
+    assert np.isnan(seen[-1][1])  # a minute and more after the last first token
+    assert histogram_quantile(0.9, {1.0: 0.0, 2.5: 10.0, float("inf"): 10.0}) == 1.0 + 1.5 * 0.9
 
 
 def test_the_kv_gauge_shows_what_is_reserved() -> None:

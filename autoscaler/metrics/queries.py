@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+from policies.histogram import histogram_quantile
 from policies.metric_names import ACTIVITY_METRICS, BUILTIN_METRIC_NAMES, canonical
 from policies.policy_file import Workload
 
@@ -153,27 +154,6 @@ def freshness_query(namespaces: list[str]) -> str:
 def batch_key(name: str) -> str:
     """Aliases share one batch."""
     return canonical(name)
-
-
-def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
-    """Prometheus's ``histogram_quantile`` over cumulative bucket counts keyed by upper bound."""
-    if not buckets or math.inf not in buckets:
-        return None
-    bounds = sorted(buckets)
-    counts = [buckets[b] for b in bounds]
-    total = counts[-1]
-    if total <= 0:
-        return math.nan  # as Prometheus's: no observation in the window (policies.base.metric_value)
-    rank = q * total
-    index = next(i for i, c in enumerate(counts) if c >= rank)
-    if bounds[index] == math.inf:
-        return bounds[-2] if len(bounds) > 1 else None
-    lower = bounds[index - 1] if index > 0 else 0.0
-    below = counts[index - 1] if index > 0 else 0.0
-    in_bucket = counts[index] - below
-    if in_bucket <= 0:
-        return bounds[index]
-    return lower + (bounds[index] - lower) * (rank - below) / in_bucket
 
 
 def aggregate(name: str, values: list[tuple[dict[str, str], float]]) -> float | None:
