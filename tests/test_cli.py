@@ -139,3 +139,16 @@ def test_validate_says_when_a_workload_goes_to_zero(tmp_path: Path, capsys: pyte
     assert main(["validate", "--config", str(policy), "-o", "json"]) == 0
     shown = json.loads(capsys.readouterr().out)["policies"][0]["workloads"][0]
     assert shown["activation"] == {"query": "sum(gateway_queued)", "threshold": 1.0, "idleSeconds": 720}
+
+
+@pytest.mark.parametrize("content", ["just a hostname\n", "garbage: [\n", "- a\n- list\n"])
+def test_a_file_that_is_not_a_kubeconfig_is_named_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(content)
+    policy = policy_file(tmp_path)
+    for command in (["run", "--config", str(policy), "--once", "--dry-run"], ["status"]):
+        assert main([*command, "--kubeconfig", str(kubeconfig)]) == 1
+        err = capsys.readouterr().err
+        assert f"{kubeconfig} is not a kubeconfig" in err and len(err.strip().splitlines()) == 1, err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import threading
 import time
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -48,7 +50,13 @@ def api_client(kubeconfig: str | None = None, timeout: float = 10.0) -> client.A
         else:
             raise config.ConfigException("kubeconfig given")
     except config.ConfigException:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        try:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except (yaml.YAMLError, TypeError, AttributeError, KeyError, ValueError) as exc:
+            # The client parses a file that is not a kubeconfig into any of these; say which file it was.
+            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            first = (str(exc).splitlines() or [""])[0]
+            raise config.ConfigException(f"{where} is not a kubeconfig ({type(exc).__name__}: {first})") from exc
     configuration.retries = False
     api = client.ApiClient(configuration)
     api.rest_client.pool_manager.connection_pool_kw["timeout"] = urllib3.Timeout(total=timeout)
