@@ -191,7 +191,15 @@ def _policy_texts(path: str) -> list[tuple[str, str, int]]:
                 offset = (value.start_mark.line + (1 if value.style in ("|", ">") else 0)) if offsets else 0
                 found.append((f"{path}: ConfigMap {name}, {key.value}", body, offset))
     if objects and not found:
-        raise PolicyFileError(path, ["(file): no ConfigMap here holds a policy (a data key ending .yaml or .json)"])
+        kinds = {getattr(_field(node, "kind"), "value", None) for node in objects}
+        hint = (
+            f"; a KEDA ScaledObject: `vllm-autoscaler import-keda {path}` writes its policy"
+            if "ScaledObject" in kinds
+            else ""
+        )
+        raise PolicyFileError(
+            path, [f"(file): no ConfigMap here holds a policy (a data key ending .yaml or .json){hint}"]
+        )
     return found or [(path, text, 0)]
 
 

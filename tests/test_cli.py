@@ -152,3 +152,9 @@ def test_a_file_that_is_not_a_kubeconfig_is_named_in_one_line(
         assert main([*command, "--kubeconfig", str(kubeconfig)]) == 1
         err = capsys.readouterr().err
         assert f"{kubeconfig} is not a kubeconfig" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_validate_given_a_scaledobject_points_to_import_keda(capsys: pytest.CaptureFixture[str]) -> None:
+    article = Path(__file__).resolve().parents[1] / "deploy/examples/keda-scaledobject-article.yaml"
+    assert main(["validate", "--config", str(article)]) == 2
+    assert f"a KEDA ScaledObject: `vllm-autoscaler import-keda {article}` writes its policy" in capsys.readouterr().out
