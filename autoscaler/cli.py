@@ -24,7 +24,6 @@ from policies.policy_file import (
     PolicyFileError,
     Workload,
     json_schema,
-    load_policy_file,
     parse_policy_document,
     parse_policy_text,
 )
@@ -138,9 +137,24 @@ def _write_failed(exc: OSError, path: str | None) -> int:
     return EXIT_FAILED
 
 
-def _load(path: str) -> PolicyFile | None:
+def _load(path: str, manifests: bool = True) -> PolicyFile | None:
+    """The policy of ``--config``: a policy file, or (with ``manifests``) what a user applies and ``validate``
+    reads, a ConfigMap or a kustomize directory that holds exactly one policy."""
     try:
-        return load_policy_file(path)
+        texts = _policy_texts(path)
+        if len(texts) > 1:
+            sources = "; ".join(source for source, _, _ in texts)
+            raise PolicyFileError(path, [f"(file): holds {len(texts)} policies ({sources}): give one as a file"])
+        source, text, offset = texts[0]
+        if source != path and not manifests:
+            raise PolicyFileError(
+                path,
+                [
+                    f"(file): {source.removeprefix(path + ': ')} holds the policy; run reads a policy file (the pod "
+                    "mounts the ConfigMap's key as one): give that file"
+                ],
+            )
+        return parse_policy_text(text, source, offset)
     except PolicyFileError as exc:
         _error(f"{exc.source}: invalid policy file")
         for problem in exc.problems:
@@ -634,7 +648,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if settings is None:
         return EXIT_BAD_INPUT
     configure(settings.log_format, settings.log_level)
-    document = _load(args.config)
+    document = _load(args.config, manifests=False)  # a reload reads the same path again, as a policy file
     if document is None:
         return EXIT_BAD_INPUT
     try:

@@ -205,7 +205,8 @@ def _problems(error: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]
         if item["type"] == "missing":
             message = "required field is missing"
         elif item["type"] == "extra_forbidden" and item["loc"]:
-            close = difflib.get_close_matches(str(item["loc"][-1]), sorted(_known_keys()), n=1, cutoff=0.75)
+            key = str(item["loc"][-1])  # a key known elsewhere in the file is no suggestion for itself
+            close = difflib.get_close_matches(key, sorted(_known_keys() - {key}), n=1, cutoff=0.75)
             message = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")
         lines.append(f"{format_loc(prefix + tuple(item['loc']))}: {message}")
     return list(dict.fromkeys(lines))

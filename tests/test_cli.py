@@ -158,3 +158,34 @@ def test_validate_given_a_scaledobject_points_to_import_keda(capsys: pytest.Capt
     article = Path(__file__).resolve().parents[1] / "deploy/examples/keda-scaledobject-article.yaml"
     assert main(["validate", "--config", str(article)]) == 2
     assert f"a KEDA ScaledObject: `vllm-autoscaler import-keda {article}` writes its policy" in capsys.readouterr().out
+
+
+CONFIGMAP = (
+    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: p}\ndata:\n  policy.yaml: |\n    workloads:\n"
+    "    - target: {namespace: a, name: b}\n      maxReplicas: 4\n"
+    "      metrics: [{name: num_requests_waiting, target: {value: 2}}]\n"
+)
+
+
+def test_the_commands_that_read_a_policy_take_the_configmap_users_apply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configmap = tmp_path / "policy-configmap.yaml"
+    configmap.write_text(CONFIGMAP)
+    sample = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "recorded"
+    replayed = ["replay", "--config", str(configmap), "--metrics", str(sample / "day.csv"), "-o", "json"]
+    assert main(replayed) == 2  # read: its workload a/b is not the recording's
+    assert "unknown workload 'llm-serving/vllm-llama3-70b'; the policy file has a/b" in capsys.readouterr().err
+    assert main(["simulate", "--config", str(configmap), "--policy", "nonesuch"]) == 2
+    assert "unknown policy type 'nonesuch'" in capsys.readouterr().err  # the file was read: the flag is next
+    assert main(["run", "--config", str(configmap), "--once", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigMap p, policy.yaml holds the policy; run reads a policy file" in err
+
+
+def test_a_key_known_elsewhere_is_not_suggested_for_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = policy_file(tmp_path)
+    policy.write_text("apiVersion: v1\n" + policy.read_text())
+    assert main(["validate", "--config", str(policy)]) == 2
+    out = capsys.readouterr().out
+    assert "apiVersion: unknown key (line 1)" in out and "did you mean" not in out
