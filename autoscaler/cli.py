@@ -674,9 +674,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     from kubernetes.config import ConfigException
 
     from autoscaler.actuators.kubernetes import api_client
+    from autoscaler.settings import own_namespace
     from autoscaler.state import STATE_CONFIGMAP, ConfigMapStateStore
     from autoscaler.status import as_json, table
 
+    settings = _settings(args)
+    if settings is None:
+        return EXIT_BAD_INPUT
+    if args.namespace is None:
+        args.namespace = own_namespace(settings)
     try:
         store = ConfigMapStateStore(api_client(args.kubeconfig), args.namespace)
         records = store.load()
@@ -856,7 +862,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="each workload's counts, metrics, last scale and cold start, from the cluster")
     p.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube/config")
     p.add_argument(
-        "--namespace", default="vllm-autoscaler", help="the controller's namespace (default vllm-autoscaler)"
+        "--namespace",
+        help="the controller's namespace (default: VLLM_AUTOSCALER_LEASE_NAMESPACE, else vllm-autoscaler, as the "
+        "daemon outside a pod takes it)",
     )
     p.add_argument("--config", metavar="FILE", help="show only this policy file's workloads")
     p.add_argument("-o", "--output", choices=["table", "wide", "json"], default="table")

@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from types import FrameType
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -23,24 +22,12 @@ from autoscaler.leader import LeaderElector
 from autoscaler.logs import get_logger
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.server import HealthServer
-from autoscaler.settings import Settings
+from autoscaler.settings import Settings, own_namespace
 from autoscaler.state import ConfigMapStateStore
 from autoscaler.telemetry import Telemetry
 from policies.policy_file import PolicyFile
 
 log = get_logger("autoscaler.daemon")
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def own_namespace(settings: Settings) -> str:
-    if settings.lease_namespace:
-        return settings.lease_namespace
-    if os.environ.get("POD_NAMESPACE"):
-        return os.environ["POD_NAMESPACE"]
-    try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-    except OSError:
-        return "default"
 
 
 def leader_election_wanted(settings: Settings, once: bool, dry_run: bool) -> bool:
@@ -58,11 +45,14 @@ def _once(controller: Controller, elector: LeaderElector | None) -> int:
     """One tick; live, only under the Lease, given back afterwards."""
     if elector is not None and not elector.try_acquire_or_renew():
         lease = f"{elector.namespace}/{elector.name}"
-        print(
-            f"vllm-autoscaler: the Lease {lease} is held by {elector.holder or 'another process'}; not writing "
-            "beside it (stop that daemon, or use --dry-run)",
-            file=sys.stderr,
-        )
+        if elector.holder is not None and elector.refused.startswith("held by"):
+            why = f"is held by {elector.holder}; not writing beside it (stop that daemon, or use --dry-run)"
+        else:  # not another holder: the API refused (no such namespace, no right to it)
+            why = (
+                f"cannot be taken: {elector.refused} (set VLLM_AUTOSCALER_LEASE_NAMESPACE to the controller's "
+                "namespace, or use --dry-run)"
+            )
+        print(f"vllm-autoscaler: the Lease {lease} {why}", file=sys.stderr)
         return 1
     try:
         controller.tick()

@@ -44,6 +44,7 @@ class LeaderElector:
         self.observed_at = 0.0
         self.renewed_at: float | None = None
         self.transitions = 0
+        self.refused = ""  # why the last round did not lead: "held by X", or the API's answer
 
     def is_leader(self) -> bool:
         return self.authority_left() > 0
@@ -88,7 +89,12 @@ class LeaderElector:
             try:
                 self.leases.create_namespaced_lease(self.namespace, body)
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as create_exc:
-                return self._lost(was_leader, f"create failed: {create_exc}")
+                detail = (
+                    f"{create_exc.status} {create_exc.reason}"
+                    if isinstance(create_exc, ApiException)
+                    else str(create_exc)[:200]
+                )
+                return self._lost(was_leader, f"create failed: {detail}")
             return self._won(now, was_leader, 0)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             return self._lost(was_leader, f"read failed: {exc}")
@@ -119,6 +125,7 @@ class LeaderElector:
         return True
 
     def _lost(self, was_leader: bool, why: str) -> bool:
+        self.refused = why
         if was_leader and not self.is_leader():
             log.warning("leader-lost", lease=f"{self.namespace}/{self.name}", identity=self.identity, detail=why)
         return self.is_leader()

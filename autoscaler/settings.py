@@ -5,6 +5,8 @@ A flag wins over the environment and the environment over the policy file (docs/
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -56,3 +58,23 @@ class Settings(BaseSettings):
             if value is not None:
                 overrides[key] = value
         return document.prometheus.model_copy(update=overrides)
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+CONTROLLER_NAMESPACE = "vllm-autoscaler"
+"""The namespace ``deploy/`` installs the controller in. A process outside the cluster (a laptop's ``run --once``,
+``status``) takes it unless told another, so that it contends for the very Lease the installed controller holds
+and reads the state it writes."""
+
+
+def own_namespace(settings: Settings) -> str:
+    """Where this controller's Lease and state live: ``VLLM_AUTOSCALER_LEASE_NAMESPACE``, else the pod's own
+    namespace (``POD_NAMESPACE`` or its service account's), else ``CONTROLLER_NAMESPACE``."""
+    if settings.lease_namespace:
+        return settings.lease_namespace
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    except OSError:
+        return CONTROLLER_NAMESPACE

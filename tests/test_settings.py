@@ -33,3 +33,36 @@ def test_the_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("VLLM_AUTOSCALER_PROMETHEUS_URL", "http://env:9090")
     config = Settings().prometheus(document)
     assert (config.url, config.timeout) == ("http://env:9090", 3)
+
+
+@pytest.mark.parametrize(
+    ("lease_namespace", "pod_namespace", "service_account", "expected"),
+    [
+        ("ops", "in-pod", "from-token", "ops"),  # the setting wins
+        (None, "in-pod", "from-token", "in-pod"),  # the downward API's, as deploy/ sets it
+        (None, None, "from-token", "from-token"),  # the pod's service account's
+        # Outside a cluster: the namespace deploy/ installs the controller in, so that a laptop's run --once
+        # contends for the installed controller's Lease (it took "default" and wrote beside it).
+        (None, None, None, "vllm-autoscaler"),
+    ],
+)
+def test_the_controllers_own_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    lease_namespace: str | None,
+    pod_namespace: str | None,
+    service_account: str | None,
+    expected: str,
+) -> None:
+    import autoscaler.settings as settings_module
+
+    token = tmp_path / "namespace"
+    if service_account is not None:
+        token.write_text(service_account + "\n")
+    monkeypatch.setattr(settings_module, "SERVICE_ACCOUNT_NAMESPACE", token)
+    for name, value in (("VLLM_AUTOSCALER_LEASE_NAMESPACE", lease_namespace), ("POD_NAMESPACE", pod_namespace)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert settings_module.own_namespace(settings_module.Settings()) == expected

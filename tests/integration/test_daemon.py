@@ -527,6 +527,21 @@ def test_a_live_run_once_while_another_holds_the_lease_writes_nothing(
     assert cluster.replicas(NAME) == 2
 
 
+def test_a_live_run_once_that_cannot_take_the_lease_says_why_and_writes_nothing(
+    cluster: Cluster, loaded: PrometheusServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No other holder: the API refused the Lease (here a namespace that does not exist, outside the daemon's
+    rights), which is not "held by another process"."""
+    cluster.deployment(NAME, 2)
+    monkeypatch.setenv("VLLM_AUTOSCALER_LEASE_NAMESPACE", "no-such-namespace")
+    assert run_once(cluster, policy_text(loaded.url, cluster.namespace)) == 1
+    err = capsys.readouterr().err
+    assert "the Lease no-such-namespace/vllm-autoscaler cannot be taken: " in err and "held by" not in err
+    assert "set VLLM_AUTOSCALER_LEASE_NAMESPACE to the controller's namespace" in err
+    assert cluster.scale_writes(ok=False) == []
+    assert cluster.replicas(NAME) == 2
+
+
 def test_a_live_run_once_takes_the_lease_and_gives_it_back(cluster: Cluster, loaded: PrometheusServer) -> None:
     cluster.deployment(NAME, 2)
     assert run_once(cluster, policy_text(loaded.url, cluster.namespace)) == 0
