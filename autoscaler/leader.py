@@ -22,6 +22,11 @@ from autoscaler.logs import get_logger
 log = get_logger("autoscaler.leader")
 
 
+def _answer(exc: Exception) -> str:
+    """What the API said, in a few words: its status and reason, or the connection's failure."""
+    return f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)[:200]
+
+
 class LeaderElector:
     def __init__(
         self,
@@ -81,7 +86,7 @@ class LeaderElector:
             lease = self.leases.read_namespaced_lease(self.name, self.namespace)
         except ApiException as exc:
             if exc.status != 404:
-                return self._lost(was_leader, f"read failed: {exc.status} {exc.reason}")
+                return self._lost(was_leader, f"read failed: {_answer(exc)}")
             body = client.V1Lease(
                 metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
                 spec=self._spec(datetime.now(UTC), 0),
@@ -89,15 +94,10 @@ class LeaderElector:
             try:
                 self.leases.create_namespaced_lease(self.namespace, body)
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as create_exc:
-                detail = (
-                    f"{create_exc.status} {create_exc.reason}"
-                    if isinstance(create_exc, ApiException)
-                    else str(create_exc)[:200]
-                )
-                return self._lost(was_leader, f"create failed: {detail}")
+                return self._lost(was_leader, f"create failed: {_answer(create_exc)}")
             return self._won(now, was_leader, 0)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            return self._lost(was_leader, f"read failed: {exc}")
+            return self._lost(was_leader, f"read failed: {_answer(exc)}")
         spec = lease.spec or client.V1LeaseSpec()
         record = (spec.holder_identity, str(spec.renew_time), spec.lease_transitions)
         if record != self.observed:
@@ -112,8 +112,7 @@ class LeaderElector:
         try:
             self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            detail = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)[:200]
-            return self._lost(was_leader, f"update failed: {detail}")
+            return self._lost(was_leader, f"update failed: {_answer(exc)}")
         return self._won(now, was_leader, transitions)
 
     def _won(self, now: float, was_leader: bool, transitions: int) -> bool:
