@@ -9,7 +9,6 @@ handful of requests.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -24,7 +23,7 @@ from autoscaler.metrics.queries import (
 )
 from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
 from policies.activation import replica_activity
-from policies.base import is_latency_quantile
+from policies.base import no_requests
 from policies.metric_names import ACTIVITY_METRICS
 from policies.policy_file import PolicyFile, Workload
 
@@ -94,8 +93,7 @@ class Observer:
                     batch = batch_key(metric.name)
                     result = self._from_batch(workload, metric.name, vectors[batch], by_pod[batch])
                 values[metric.name] = result.value
-                no_requests = result.value is not None and math.isnan(result.value) and is_latency_quantile(metric)
-                if not result.ok and not no_requests:  # NaN of a latency quantile is no load (metric_value)
+                if not result.ok and not no_requests(metric, result.value):  # no load, not a failure (metric_value)
                     failures[metric.name] = result
                     log.warning(
                         "metric-unavailable",

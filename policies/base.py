@@ -92,14 +92,18 @@ def is_latency_quantile(spec: MetricSpec) -> bool:
     return "histogram_quantile" in spec.query
 
 
+def no_requests(spec: MetricSpec, raw: float | None) -> bool:
+    """A latency quantile that is NaN: its histogram has series but no request in the window (Prometheus's
+    ``histogram_quantile`` of zero counts), which is no load, not a missing metric."""
+    return raw is not None and math.isnan(raw) and is_latency_quantile(spec)
+
+
 def metric_value(spec: MetricSpec, observation: Observation) -> float | None:
-    """The one rule for a metric's value at a tick: usable, or none. A latency quantile that is NaN is 0: its
-    histogram has series but no request in the window (Prometheus's ``histogram_quantile`` of zero counts),
-    which is no load, not missing metrics; held as missing, it kept an idle fleet at its size for good.
+    """The one rule for a metric's value at a tick: usable, or none; and 0 where there were no requests
+    (``no_requests``): held as missing, an idle latency quantile kept an idle fleet at its size for good.
     An empty result (no series) is still no value. Table-tested in tests/test_policies.py
     (test_an_idle_latency_quantile_is_no_load)."""
-    raw = observation.metrics.get(spec.name)
-    if raw is not None and math.isnan(raw) and is_latency_quantile(spec):
+    if no_requests(spec, observation.metrics.get(spec.name)):
         return 0.0
     return observation.value(spec.name)
 
