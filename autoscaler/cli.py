@@ -243,6 +243,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     print(f"{source}: {problem}" if len(policies) > 1 else problem)
                 print(f"{source}: {len(exc.problems)} problem(s)", file=sys.stderr)
             continue
+        warnings = {w.key: _signal_warnings(w) for w in document.workloads}
         workloads = [
             {
                 "workload": w.key,
@@ -252,7 +253,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 "metrics": [m.name for m in w.metrics],
                 **({"activation": w.activation.model_dump(by_alias=True)} if w.activation else {}),
                 **({"slo": w.slo.model_dump(by_alias=True)} if w.slo else {}),
-                "warnings": _signal_warnings(w),
+                "warnings": warnings[w.key],
             }
             for w in document.workloads
         ]
@@ -274,7 +275,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     f"{w.key}: {w.policy_type}, {w.min_replicas}-{w.max_replicas} replicas, "
                     f"metrics {', '.join(m.name for m in w.metrics)}{zero}{slo}"
                 )
-                for warning in _signal_warnings(w):
+                for warning in warnings[w.key]:
                     print(f"warning: {w.key}: {warning}", file=sys.stderr)
             print(f"{source}: valid")
     if args.output == "json":
@@ -863,8 +864,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube/config")
     p.add_argument(
         "--namespace",
-        help="the controller's namespace (default: VLLM_AUTOSCALER_LEASE_NAMESPACE, else vllm-autoscaler, as the "
-        "daemon outside a pod takes it)",
+        help="the controller's namespace (default: the daemon's own, VLLM_AUTOSCALER_LEASE_NAMESPACE, else the "
+        "pod's, else vllm-autoscaler)",
     )
     p.add_argument("--config", metavar="FILE", help="show only this policy file's workloads")
     p.add_argument("-o", "--output", choices=["table", "wide", "json"], default="table")

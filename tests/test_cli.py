@@ -189,3 +189,28 @@ def test_a_key_known_elsewhere_is_not_suggested_for_itself(tmp_path: Path, capsy
     assert main(["validate", "--config", str(policy)]) == 2
     out = capsys.readouterr().out
     assert "apiVersion: unknown key (line 1)" in out and "did you mean" not in out
+
+
+@pytest.mark.parametrize(
+    ("metrics", "warned"),
+    [
+        (["num_requests_waiting", "kv_cache_usage_perc"], True),  # the design article's pair
+        (["num_requests_waiting", "gpu_cache_usage_perc"], True),  # the KV gauge's older name
+        (["num_requests_waiting"], True),
+        (["prompt_tokens_per_second", "num_requests_waiting"], False),
+        (["num_requests_running", "kv_cache_usage_perc"], False),
+    ],
+)
+def test_validate_warns_where_the_signals_cannot_see_prefill_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], metrics: list[str], warned: bool
+) -> None:
+    specs = [
+        {"name": n, "target": {"type": "Value" if "cache" in n else "AverageValue", "value": 0.8}} for n in metrics
+    ]
+    policy = policy_file(tmp_path, metrics=specs)
+    assert main(["validate", "--config", str(policy)]) == 0  # a warning, not a problem
+    err = capsys.readouterr().err
+    assert ("do not see prefill load" in err) is warned
+    assert main(["validate", "--config", str(policy), "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["policies"][0]["workloads"][0]
+    assert bool(shown["warnings"]) is warned
