@@ -119,6 +119,12 @@ class Workload(StrictModel):
         return f"{self.target.namespace}/{self.target.name}"
 
     @property
+    def awake_min_replicas(self) -> int:
+        """The floor while the workload has replicas: ``minReplicas``, and 1 for one that may go to zero, where
+        zero is the activation block's to decide (``policies.activation``)."""
+        return max(self.min_replicas, 1)
+
+    @property
     def policy_type(self) -> str:
         return str(self.policy.get("type", "threshold"))
 
@@ -129,7 +135,7 @@ class Workload(StrictModel):
             cold = float(self.cold_start_seconds)
         return WorkloadContext(
             metrics=tuple(self.metrics),
-            min_replicas=max(self.min_replicas, 1),  # awake; zero is the activation block's to decide
+            min_replicas=self.awake_min_replicas,
             max_replicas=self.max_replicas,
             interval=interval,
             cold_start_seconds=cold,

@@ -59,7 +59,7 @@ def replay(policy: PolicyFile, ticks: list[Tick]) -> list[ReplayRow]:
     unless the file records ``replicas`` there; without any, the first count is ``minReplicas`` (1 for a
     workload that may go to zero: it goes there by itself)."""
     deciders = {w.key: policy.decider(w) for w in policy.workloads}
-    current = {w.key: max(w.min_replicas, 1) for w in policy.workloads}
+    current = {w.key: w.awake_min_replicas for w in policy.workloads}
     rows: list[ReplayRow] = []
     for tick in ticks:
         for workload in policy.workloads:
