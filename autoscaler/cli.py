@@ -253,6 +253,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 "metrics": [m.name for m in w.metrics],
                 **({"activation": w.activation.model_dump(by_alias=True)} if w.activation else {}),
                 **({"slo": w.slo.model_dump(by_alias=True)} if w.slo else {}),
+                **({"capacity": w.capacity.model_dump(by_alias=True)} if w.capacity else {}),
                 "warnings": warnings[w.key],
             }
             for w in document.workloads
@@ -271,10 +272,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     if w.slo
                     else ""
                 )
-                print(
-                    f"{w.key}: {w.policy_type}, {w.min_replicas}-{w.max_replicas} replicas, "
-                    f"metrics {', '.join(m.name for m in w.metrics)}{zero}{slo}"
-                )
+                signals = f"metrics {', '.join(m.name for m in w.metrics)}" if w.metrics else "no metrics yet"
+                if w.capacity is not None:
+                    learned = ", learned" if w.capacity.learn else ""
+                    signals += (
+                        f" (built from capacity: {w.capacity.prompt_tokens_per_second:g} prompt tokens/s{learned})"
+                    )
+                print(f"{w.key}: {w.policy_type}, {w.min_replicas}-{w.max_replicas} replicas, {signals}{zero}{slo}")
                 for warning in warnings[w.key]:
                     print(f"warning: {w.key}: {warning}", file=sys.stderr)
             print(f"{source}: valid")
@@ -284,7 +288,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _signal_warnings(workload: Workload) -> list[str]:
-    """What ``validate`` warns of in a valid workload: signals that cannot see what the SLO depends on."""
+    """What ``validate`` warns of in a valid workload: signals that cannot see what the SLO depends on, or
+    none yet (an slo alone: simulate measures the capacity, the daemon needs it)."""
+    if workload.needs_capacity:
+        return [
+            "an slo and no metrics or capacity: simulate measures what one replica sustains within the slo "
+            "(--write-config writes it as capacity); run, record and replay need it"
+        ]
     if not blind_to_prefill([m.name for m in workload.metrics]):
         return []
     return [
@@ -307,6 +317,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     document = _load(args.config)
     if document is None:
+        return EXIT_BAD_INPUT
+    if unmeasured := next((w for w in document.workloads if w.needs_capacity), None):
+        _error(f"{args.config}: {unmeasured.key}: capacity: needed to replay a workload with an slo and no metrics")
         return EXIT_BAD_INPUT
     if problem := _unwritable(args.out, args.plot) or _no_plotting(args.plot):
         _error(problem)
@@ -356,7 +369,7 @@ class _StderrNote:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulations import report as reporting
-    from simulations.builtin import BUILTIN_GROW_TO, sized_builtin
+    from simulations.builtin import BUILTIN_GROW_TO, sized_builtin, with_measured_capacity
     from simulations.compare import DEFAULT_POLICY_TYPES, compare
     from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
@@ -398,6 +411,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             trace = trace.window(*args.window)
         if document is None:
             document, sizing = sized_builtin(model, trace, args.slo_ttft, args.slo_target, _StderrNote())
+        elif document.workloads[0].needs_capacity:
+            document, sizing = with_measured_capacity(
+                document, model, trace, args.slo_ttft, args.slo_target, _StderrNote()
+            )
         document = _with_slo(document, args.slo_ttft, args.slo_target)
         workload = document.workloads[0]
         if args.time_scale != 1.0:
@@ -474,7 +491,9 @@ def _simulated_slo(args: argparse.Namespace, document: PolicyFile | None) -> tup
 
 def _with_slo(document: PolicyFile, ttft: float, target: float) -> PolicyFile:
     """The document whose first workload says the SLO it is simulated for, so that ``--write-config`` writes it."""
-    workload = document.workloads[0].model_copy(update={"slo": Slo(ttftSeconds=ttft, target=target)})
+    given = document.workloads[0].slo
+    slo = Slo(ttftSeconds=ttft, target=target, windowSeconds=given.window_seconds if given else 3600)
+    workload = document.workloads[0].model_copy(update={"slo": slo})
     return document.model_copy(update={"workloads": [workload, *document.workloads[1:]]})
 
 

@@ -20,11 +20,12 @@ from autoscaler.metrics.queries import (
     freshness_query,
     metric_queries,
     pod_pattern,
+    quantile_of,
 )
 from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
 from policies.activation import replica_activity
 from policies.base import no_requests
-from policies.metric_names import ACTIVITY_METRICS
+from policies.metric_names import ACTIVITY_METRICS, TTFT_SLO
 from policies.policy_file import PolicyFile, Workload
 
 log = get_logger("autoscaler.observer")
@@ -52,6 +53,9 @@ class Observer:
         self.activations = {w.key: w.activation.query for w in document.workloads if w.activation is not None}
         for key in self.activations:
             self.batched[key] = list(dict.fromkeys([*self.batched[key], *ACTIVITY_METRICS]))
+        self.learning = {w.key for w in document.workloads if w.learns_capacity}
+        for key in self.learning:
+            self.batched[key] = list(dict.fromkeys([*self.batched[key], TTFT_SLO]))
         namespaces: dict[str, list[str]] = {}
         for workload in document.workloads:
             for name in self.batched[workload.key]:
@@ -103,6 +107,9 @@ class Observer:
                         detail=result.detail,
                         query=self.queries[key][metric.name],
                     )
+            if key in self.learning:  # no value only pauses the learning: no failure, no warning
+                batch = batch_key(TTFT_SLO)
+                values[TTFT_SLO] = self._from_batch(workload, TTFT_SLO, vectors[batch], by_pod[batch]).value
             observed[key] = WorkloadMetrics(values, failures)
             if key in self.activations:
                 observed[key] = self._with_activation(workload, observed[key], custom, vectors, by_pod)
@@ -164,7 +171,7 @@ class Observer:
             )
             return QueryResult(None, Failure.STALE, detail, latency_s=vector.latency_s)
         mine = fresh
-        value = aggregate(name, mine)
+        value = aggregate(name, mine, quantile_of(name, workload))
         if value is None:
             detail = "no series for the workload's pods" if not mine else "the histogram has no observations"
             return QueryResult(None, Failure.EMPTY, detail, latency_s=vector.latency_s)

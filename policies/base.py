@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel
 
 from policies.metric_names import TTFT_P90
-from policies.spec import Activation, MetricSpec, ResolvedBehavior
+from policies.spec import Activation, Capacity, MetricSpec, ResolvedBehavior, Slo
 
 MAX_METRIC_VALUE = 1e12
 """Larger than any fleet's signal (a million replicas with a million waiting requests each): a value past it
@@ -62,6 +62,8 @@ class WorkloadContext:
     cold_start_seconds: float
     behavior: ResolvedBehavior
     activation: Activation | None = None  # set: the workload may go to zero (``min_replicas`` is its floor awake)
+    slo: Slo | None = None
+    capacity: Capacity | None = None  # set: the metrics were built from it, and predictive may learn it
 
 
 @dataclass(frozen=True)

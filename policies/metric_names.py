@@ -9,6 +9,10 @@ from __future__ import annotations
 KV_CACHE = "kv_cache_usage_perc"
 KV_CACHE_ALIASES = (KV_CACHE, "gpu_cache_usage_perc")  # vLLM before 0.12 named it gpu_cache_usage_perc
 TTFT_P90 = "time_to_first_token_p90_seconds"
+TTFT_SLO = "time_to_first_token_slo_seconds"
+"""The TTFT quantile at a workload's ``slo.target`` over the last minute, from the histogram the p90 reads: not
+a metric a file scales on, but what ``predictive`` learns a replica's capacity by (``policies.capacity``), read
+for a workload with a ``capacity`` block that learns."""
 
 BUILTIN_METRIC_NAMES = (
     "num_requests_waiting",

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
 
 from policies import registry
 from policies.base import Policy, WorkloadContext
@@ -25,12 +34,14 @@ from policies.spec import (
     DURATION_SCHEMA,
     Activation,
     Behavior,
+    Capacity,
     Duration,
     Fallback,
     MetricSpec,
     Seconds,
     Slo,
     StrictModel,
+    capacity_metrics,
     parse_duration,
 )
 
@@ -97,7 +108,10 @@ class Workload(StrictModel):
         alias="coldStartSeconds",
         description="from scale-up to a ready replica; auto: measured from the target's ready count",
     )
-    metrics: list[MetricSpec] = Field(min_length=1, description="the signals and their targets")
+    metrics: list[MetricSpec] = Field(
+        default_factory=list,
+        description="the signals and their targets; may be left out with an slo block (built from capacity)",
+    )
     policy: dict[str, Any] = Field(
         default_factory=lambda: {"type": "threshold"}, description="the decision policy and its settings"
     )
@@ -111,7 +125,45 @@ class Workload(StrictModel):
     activation: Activation | None = Field(
         default=None, description="what wakes a workload at zero, and how long it idles first"
     )
-    slo: Slo | None = Field(default=None, description="the latency objective simulate judges by")
+    slo: Slo | None = Field(
+        default=None, description="the latency objective: simulate judges by it, predictive learns capacity by it"
+    )
+    capacity: Capacity | None = Field(
+        default=None,
+        description="what one replica sustains within the slo; the metrics are built from it (metrics left out)",
+    )
+    _derived_metrics: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="after")
+    def _metrics_from_capacity(self) -> Workload:
+        """Without ``metrics``, a ``capacity`` gives them, and ``predictive`` is the policy unless one is named;
+        the metrics are left out again when the workload is written out, so that a file round-trips as given."""
+        if not self.metrics and "policy" not in self.model_fields_set:
+            self.__dict__["policy"] = {"type": "predictive"}  # the slo form's policy: it forecasts the flows
+        if not self.metrics and self.capacity is not None:
+            self.__dict__["metrics"] = capacity_metrics(self.capacity)
+            self._derived_metrics = True
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_derived(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self._derived_metrics or not self.metrics:
+            data.pop("metrics", None)
+        return data
+
+    @property
+    def learns_capacity(self) -> bool:
+        """``predictive`` learns its replicas' capacity (``policies.capacity``), and so reads the TTFT quantile at
+        the slo's target (``metric_names.TTFT_SLO``)."""
+        learning = self.capacity is not None and self.capacity.learn and self.slo is not None
+        return learning and self.policy_type == "predictive"
+
+    @property
+    def needs_capacity(self) -> bool:
+        """An slo and neither metrics nor a capacity: ``simulate`` measures the capacity, the daemon cannot run
+        it (``run``, ``replay`` and ``record`` say so)."""
+        return not self.metrics
 
     @property
     def key(self) -> str:
@@ -141,6 +193,8 @@ class Workload(StrictModel):
             cold_start_seconds=cold,
             behavior=self.behavior.resolved(),
             activation=self.activation,
+            slo=self.slo,
+            capacity=self.capacity,
         )
 
     def build_policy(self, interval: float, state: Any = None) -> Policy:
@@ -273,6 +327,15 @@ def _workload_problems(index: int, raw: dict[str, Any], interval: Any) -> list[s
             f"{where}.activation: applies only with minReplicas: 0 (here {lo}); remove it, or set minReplicas: 0"
         )
     metrics = raw.get("metrics")
+    if not metrics and raw.get("slo") is None:
+        problems.append(
+            f"{where}.metrics: required unless an slo block is set (then a capacity gives them, or simulate "
+            "measures one)"
+        )
+    if raw.get("capacity") is not None and raw.get("slo") is None:
+        problems.append(f"{where}.capacity: is what a replica sustains within an slo; add an slo block")
+    if raw.get("capacity") is not None and metrics:
+        problems.append(f"{where}.capacity: give metrics or capacity, not both (the metrics are built from capacity)")
     if isinstance(metrics, list):
         names = [m.get("name") for m in metrics if isinstance(m, dict)]
         repeated = sorted({str(n) for n in names if n is not None and names.count(n) > 1})

@@ -54,13 +54,16 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
+from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics, usable
+from policies.capacity import CapacityLearner
+from policies.metric_names import TTFT_SLO
 from policies.replica_calculator import demand_in_replicas
 from policies.rise_history import RiseHistory
 from policies.spec import Seconds, StrictModel
 from policies.threshold import tolerance_for
 
 SIGNIFICANCE = 3.0
+PROMPT_TOKENS = "prompt_tokens_per_second"  # the flow a learned capacity scales (policies.capacity)
 DEFAULT_HEADROOM = 0.6
 REFERENCE_HORIZON_S = 315.0  # the default cold start (300 s) and interval (15 s)
 LEARNED_SHARE = 0.8  # of the 90th-percentile rise less one: the headroom --tune found was about 0.7 of it
@@ -237,6 +240,7 @@ class PredictiveState:
 
     trend: TrendState = field(default_factory=TrendState)
     rises: RiseHistory | None = None
+    capacity: CapacityLearner = field(default_factory=CapacityLearner)
 
 
 def _rise(samples: list[tuple[float, float]], shrink: float = 0.0) -> float:
@@ -323,7 +327,33 @@ class PredictivePolicy:
         }
         if self.params.learned_headroom is not None:
             settings["blendedHeadroom"] = round(self.headroom, 4)  # as the history stands now
+        if self.learns:
+            settings["capacityFactor"] = round(self.state.capacity.factor, 4)  # as learned so far
         return settings
+
+    @property
+    def learns(self) -> bool:
+        """Whether the replica's prompt-token capacity is learned (a ``capacity`` block that learns, an slo)."""
+        return self.ctx.capacity is not None and self.ctx.capacity.learn and self.ctx.slo is not None
+
+    def _learn(self, observation: Observation) -> float:
+        """The learned factor on the prompt-token capacity after this tick's minute is judged (1 when not
+        learning): the load each ready replica carried against the TTFT quantile at the SLO's target."""
+        if not self.learns:
+            return 1.0
+        assert self.ctx.capacity is not None and self.ctx.slo is not None
+        ready = observation.ready_replicas
+        prompt = observation.value(PROMPT_TOKENS)
+        latency = observation.metrics.get(TTFT_SLO)
+        self.state.capacity.observe(
+            observation.now,
+            prompt / ready if prompt is not None and ready else None,
+            self.ctx.capacity.prompt_tokens_per_second,
+            latency if usable(latency) else None,
+            self.ctx.slo.ttft_seconds,
+            steady=ready is not None and ready >= observation.current_replicas,
+        )
+        return self.state.capacity.factor
 
     @property
     def horizon(self) -> float:
@@ -334,8 +364,16 @@ class PredictivePolicy:
     def recommend(self, observation: Observation) -> Proposal:
         current = observation.current_replicas
         present, missing = observed_metrics(self.ctx, observation)
-        demands = {spec.name: demand_in_replicas(spec, value, observation.capacity_basis) for spec, value in present}
+        factor = self._learn(observation)
+        demands = {
+            spec.name: demand_in_replicas(
+                spec, value / factor if spec.name == PROMPT_TOKENS else value, observation.capacity_basis
+            )
+            for spec, value in present
+        }
         details: dict[str, object] = {"demand": demands, "missing": missing}
+        if self.learns:
+            details["capacity_factor"] = round(factor, 4)
         if not demands:
             return Proposal(None, "metrics-unavailable", details)
         demand = max(demands.values())

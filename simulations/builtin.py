@@ -220,3 +220,24 @@ def idle_model_document(document: PolicyFile) -> PolicyFile:
     target = {**workload.target.model_dump(by_alias=True, mode="json"), "name": "vllm-builtin-idle"}
     changes = {"target": target, "minReplicas": 0, "maxReplicas": IDLE_MODEL_MAX_REPLICAS}
     return workload_variant(document, workload, {**changes, "activation": IDLE_MODEL_ACTIVATION})[0]
+
+
+def with_measured_capacity(
+    document: PolicyFile, model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float, note: Note = _quiet
+) -> tuple[PolicyFile, dict[str, Any]]:
+    """A file whose first workload gives only an slo (``Workload.needs_capacity``), with the capacity the built-in
+    workload's load test measures for the trace's requests, the replica and the SLO, and, where the file names
+    no policy, the built-in's predictive block sized for it: "given only an SLO", the built-in default."""
+    builtin, sizing = sized_builtin(model, trace, slo_ttft, slo_target, note)
+    sized = builtin.workloads[0]
+    targets = {m.name: m.target.value for m in sized.metrics}
+    capacity = {
+        "promptTokensPerSecond": targets["prompt_tokens_per_second"],
+        "runningRequests": targets["num_requests_running"],
+        "waitingRequests": targets["num_requests_waiting"],
+    }
+    workload = document.workloads[0]
+    changes: dict[str, Any] = {"capacity": capacity}
+    if "policy" not in workload.model_fields_set:
+        changes["policy"] = dict(sized.policy)
+    return workload_variant(document, workload, changes)[0], sizing

@@ -34,6 +34,8 @@ def policy_variant(
 def workload_variant(document: PolicyFile, workload: Workload, changes: dict[str, Any]) -> tuple[PolicyFile, Workload]:
     """The workload with ``changes`` to its keys (as a file names them), validated like a file."""
     raw = {**workload_dict(workload), **changes}
+    if "metrics" in changes and "capacity" not in changes:
+        raw.pop("capacity", None)  # metrics given replace the ones a capacity built
     doc = parse_policy_document({"interval": document.interval, "workloads": [raw]}, "<variant>")
     return doc, doc.workloads[0]
 
@@ -49,7 +51,8 @@ def policy_contender(
     measures: the policy looks ahead by the cold start the fleet really has."""
     decider = document.decider(workload)
     decider.set_cold_start(model.cold_start_s)
-    signals = signals_for([m.name for m in workload.metrics])
+    learning = workload.slo.target if workload.learns_capacity and workload.slo is not None else None
+    signals = signals_for([m.name for m in workload.metrics], learning)
     zero = gateway_activation if workload.activation is not None else None
     return Contender(name or workload.policy_type, float(document.interval), decider, signals, tuned=tuned, zero=zero)
 
@@ -78,6 +81,7 @@ def keda_contender(document: PolicyFile, workload: Workload, model: ReplicaModel
         behavior=ARTICLE_BEHAVIOR,
     )
     raw.pop("fallback", None)
+    raw.pop("capacity", None)  # the triggers' metrics replace the ones a capacity built
     if workload.activation is not None:
         # KEDA's zero: the activation query as one more trigger, its activationThreshold the same; to zero
         # when no trigger is active for cooldownPeriod (300 s by default); waking to 1, the HPA on from there.

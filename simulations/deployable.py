@@ -32,10 +32,8 @@ def deployable(document: PolicyFile, result: RunResult, cold_start_s: float) -> 
     # types, and the policy block even where it is the default one (threshold).
     full = workload_dict(variant)
     raw = {"interval": written.interval, **raw}
+    signals = {"capacity": full["capacity"]} if "metrics" not in full else {"metrics": full["metrics"]}
     raw["workloads"][0].update(
-        target=full["target"],
-        coldStartSeconds=full["coldStartSeconds"],
-        metrics=full["metrics"],
-        policy=dict(variant.policy),
+        target=full["target"], coldStartSeconds=full["coldStartSeconds"], **signals, policy=dict(variant.policy)
     )
     return raw

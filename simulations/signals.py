@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 
 from policies.activation import replica_activity
-from policies.metric_names import ACTIVITY_METRICS, KV_CACHE_ALIASES, TTFT_P90, described
+from policies.metric_names import ACTIVITY_METRICS, KV_CACHE_ALIASES, TTFT_P90, TTFT_SLO, described
 from simulations.fleet import Fleet, Scrape
 
 Signals = Callable[[Fleet, float], dict[str, float | None]]
@@ -21,12 +21,17 @@ def _gauge(scrape: Scrape | None, value: Callable[[Scrape], float]) -> float | N
     return None if math.isnan(result) else result
 
 
-def _quantile(fleet: Fleet, now: float) -> float | None:
-    """The TTFT p90 from the replicas' histograms; none with no pod up, NaN with no first token in the window."""
-    scrape = fleet.latest_scrape(now)
-    if scrape is None or scrape.up == 0:
-        return None
-    return fleet.ttft_quantile(0.9, now)
+def _quantile(q: float) -> Callable[[Fleet, float], float | None]:
+    """The TTFT ``q`` quantile from the replicas' histograms; none with no pod up, NaN with no first token in
+    the window."""
+
+    def read(fleet: Fleet, now: float) -> float | None:
+        scrape = fleet.latest_scrape(now)
+        if scrape is None or scrape.up == 0:
+            return None
+        return fleet.ttft_quantile(q, now)
+
+    return read
 
 
 def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
@@ -38,7 +43,7 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
     if name in KV_CACHE_ALIASES:
         return lambda f, now: _gauge(f.latest_scrape(now), lambda s: s.kv_max)
     if name == TTFT_P90:  # NaN with pods up and no first token in the window, as histogram_quantile gives
-        return _quantile
+        return _quantile(0.9)
     if name == "prompt_tokens_per_second":
         return lambda f, now: f.rate("prompt_tokens_total", now)
     if name == "generation_tokens_per_second":
@@ -46,8 +51,12 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
     return None
 
 
-def signals_for(names: list[str]) -> Signals:
+def signals_for(names: list[str], slo_quantile: float | None = None) -> Signals:
+    """The built-in metrics ``names``; with ``slo_quantile``, also the TTFT quantile at the SLO's target that a
+    learned capacity reads (``TTFT_SLO``)."""
     getters = {}
+    if slo_quantile is not None:
+        getters[TTFT_SLO] = _quantile(slo_quantile)
     for name in names:
         getter = builtin_signal(name)
         if getter is None:

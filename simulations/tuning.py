@@ -10,10 +10,7 @@ from policies.policy_file import PolicyFile, Workload
 from policies.predictive import PredictiveParams, with_settings
 from policies.registry import policy_class
 from policies.threshold import ThresholdParams
-from simulations.contenders import (
-    policy_contender,
-    policy_variant,
-)
+from simulations.contenders import policy_contender, policy_variant, workload_variant
 from simulations.replica_model import ReplicaModel
 from simulations.runner import RunResult, allowed_misses, run
 from simulations.traces import Trace
@@ -44,6 +41,12 @@ def knob_variant(
     if "target" not in setting or setting["target"] == round(first, 4):
         return policy_variant(document, workload, policy)
     value = setting["target"]
+    if workload.capacity is not None:  # its metrics are built from it: scale it, as the targets would be
+        scale = value / first
+        capacity = workload.capacity.model_dump(by_alias=True, mode="json")
+        for key in ("promptTokensPerSecond", "runningRequests", "waitingRequests"):
+            capacity[key] *= scale
+        return workload_variant(document, workload, {"policy": policy, "capacity": capacity})
     metrics = [m.model_dump(by_alias=True, exclude_none=True, mode="json") for m in workload.metrics]
     for metric in metrics:
         metric["target"]["value"] = value if metric is metrics[0] else metric["target"]["value"] * value / first

@@ -29,3 +29,27 @@ def test_keda_avg_reproduces_the_articles_under_scaling() -> None:
             __import__("policies.base", fromlist=["Observation"]).Observation(0.0, 4, contender.signals(fleet, 0.0), 4)
         )  # type: ignore[misc]
         assert decision.recommended == expected
+
+
+def test_a_workload_that_learns_its_capacity_sees_the_ttft_quantile_at_its_slo() -> None:
+    """The simulated replicas' histogram read at the slo's target, as the daemon's query reads it; the KEDA
+    baselines of such a workload scale on the triggers' metrics, not on its capacity."""
+    from policies.metric_names import TTFT_SLO
+    from simulations.contenders import policy_contender, workload_variant
+
+    model = ReplicaModel()
+    document = builtin_policy()
+    capacity = {"promptTokensPerSecond": 500, "runningRequests": 10, "learn": True}
+    changes = {"slo": {"ttftSeconds": 2, "target": 0.95}, "capacity": capacity, "metrics": []}
+    learning_doc, learning = workload_variant(document, document.workloads[0], changes)
+    assert learning.learns_capacity
+    trace = Trace("two", np.array([0.0, 1.0]), np.array([100, 100]), np.array([1, 1]))
+    fleet = Fleet(model, trace, 2)
+    now = 0.0
+    while now < 40:
+        fleet.step(now)
+        now += model.step_s
+    signals = policy_contender(learning_doc, learning, model).signals(fleet, now)  # type: ignore[misc]
+    assert signals[TTFT_SLO] == fleet.ttft_quantile(0.95, now) and signals[TTFT_SLO] > 0
+    keda = keda_contender(learning_doc, learning, model, average=False)
+    assert [m.name for m in keda.decider.ctx.metrics] == ["waiting", "kv"]  # type: ignore[union-attr]

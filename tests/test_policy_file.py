@@ -79,7 +79,11 @@ def _problems(document: dict[str, object]) -> list[str]:
     [
         ({"minReplicas": -1}, "workloads[0].minReplicas: Input should be greater than or equal to 0"),
         ({"minReplicas": 5, "maxReplicas": 3}, "workloads[0].minReplicas: must not exceed maxReplicas (5 > 3)"),
-        ({"metrics": []}, "workloads[0].metrics: List should have at least 1 item after validation, not 0"),
+        (
+            {"metrics": []},
+            "workloads[0].metrics: required unless an slo block is set (then a capacity gives them, or simulate "
+            "measures one)",
+        ),
         ({"surprise": 1}, "workloads[0].surprise: unknown key"),
         (
             {"behavior": {"scaleDown": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 1801}]}}},
@@ -246,3 +250,76 @@ def test_a_seconds_setting_takes_the_duration_syntax_too() -> None:
     assert decider.params.trend.window_seconds == 90  # type: ignore[attr-defined]
     doc["prometheus"] = {"timeout": "2s"}
     assert parse_policy_document(doc).prometheus.timeout == 2
+
+
+SLO = {"ttftSeconds": 2, "target": 0.99}
+CAPACITY = {"promptTokensPerSecond": 1500, "runningRequests": 24}
+
+
+def _slo_form(**overrides: object) -> dict[str, object]:
+    doc = workload_doc(slo=SLO, **overrides)
+    del doc["workloads"][0]["metrics"]  # type: ignore[index]
+    return doc
+
+
+def test_a_capacity_gives_the_metrics_and_predictive_is_the_policy() -> None:
+    workload = parse_policy_document(_slo_form(capacity=CAPACITY)).workloads[0]
+    assert [(m.name, m.target.type.value, m.target.value) for m in workload.metrics] == [
+        ("prompt_tokens_per_second", "AverageValue", 1500),
+        ("num_requests_running", "AverageValue", 24),
+        ("num_requests_waiting", "AverageValue", 2),
+    ]
+    assert workload.policy_type == "predictive" and not workload.needs_capacity
+    assert not workload.learns_capacity  # off unless asked (policies/spec.py, Capacity.learn)
+    named = parse_policy_document(_slo_form(capacity={**CAPACITY, "learn": True}, policy={"type": "threshold"}))
+    assert named.workloads[0].policy_type == "threshold" and not named.workloads[0].learns_capacity
+
+
+def test_the_slo_form_round_trips_without_the_metrics_it_built() -> None:
+    document = parse_policy_document(_slo_form(capacity=CAPACITY))
+    raw = document.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert "metrics" not in raw["workloads"][0] and raw["workloads"][0]["capacity"]["promptTokensPerSecond"] == 1500
+    assert parse_policy_document(raw) == document
+
+
+def test_an_slo_alone_is_a_file_simulate_measures_and_the_daemon_refuses() -> None:
+    workload = parse_policy_document(_slo_form()).workloads[0]
+    assert workload.needs_capacity and workload.metrics == []
+    from autoscaler.metrics.queries import metric_queries
+
+    with pytest.raises(ValueError, match="capacity: needed to run"):
+        metric_queries(workload)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"slo": None}, "workloads[0].metrics: required unless an slo block is set"),
+        ({"slo": None, "capacity": CAPACITY}, "workloads[0].capacity: is what a replica sustains within an slo"),
+        (
+            {"capacity": CAPACITY, "metrics": [{"name": "num_requests_waiting", "target": {"value": 2}}]},
+            "workloads[0].capacity: give metrics or capacity, not both",
+        ),
+        ({"capacity": {"promptTokensPerSecond": 0, "runningRequests": 8}}, "capacity.promptTokensPerSecond"),
+    ],
+)
+def test_the_slo_forms_problems_name_their_field(overrides: dict[str, object], expected: str) -> None:
+    doc = _slo_form()
+    doc["workloads"][0].update(overrides)  # type: ignore[index]
+    if doc["workloads"][0]["slo"] is None:  # type: ignore[index]
+        del doc["workloads"][0]["slo"]  # type: ignore[index]
+    assert any(expected in problem for problem in _problems(doc)), _problems(doc)
+
+
+def test_validate_says_what_an_slo_alone_needs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    path = tmp_path / "slo.yaml"
+    path.write_text(yaml.safe_dump(_slo_form()))
+    assert main(["validate", "--config", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "no metrics yet" in captured.out
+    assert "simulate measures what one replica sustains" in captured.err
+    path.write_text(yaml.safe_dump(_slo_form(capacity=CAPACITY)))
+    assert main(["validate", "--config", str(path)]) == 0
+    assert "built from capacity: 1500 prompt tokens/s" in capsys.readouterr().out

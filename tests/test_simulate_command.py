@@ -6,13 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autoscaler.cli import main
+from policies.policy_file import parse_policy_document
 from simulations.builtin import builtin_policy
 from simulations.replica_model import ReplicaModel
 from simulations.report import load_line
 from simulations.traces import synthetic_day
-from tests.helpers import assert_report_consistent, policy_file
+from tests.helpers import assert_report_consistent, policy_file, workload_doc
 
 
 def test_a_load_beyond_max_replicas_is_named_in_the_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -235,3 +237,28 @@ def test_simulate_judges_by_the_files_slo_unless_a_flag_says(
     assert main(["-q", "simulate", "--config", str(config), "--time-scale", "8", "-o", "json", *flags]) == 0
     model = json.loads(capsys.readouterr().out)["model"]
     assert (model["slo_ttft_s"], model["slo_target"]) == expected
+
+
+def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file with an slo and no metrics or capacity runs exactly as the built-in workload sized for the same
+    SLO does, and --write-config writes the capacity it measured, which run then takes."""
+    raw = workload_doc(slo={"ttftSeconds": 2, "target": 0.99}, minReplicas=2, maxReplicas=32)
+    del raw["workloads"][0]["metrics"]
+    config = tmp_path / "slo.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    written = tmp_path / "written.yaml"
+    common = ["-q", "simulate", "--window", ":30m", "--cold-start", "60", "-o", "json"]
+    assert main([*common, "--config", str(config), "--write-config", str(written)]) == 0
+    given = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert main([*common, "--policy", "predictive"]) == 0
+    builtin = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert given["predictive"]["gpu_hours"] == builtin["predictive"]["gpu_hours"]
+    workload = yaml.safe_load(written.read_text())["workloads"][0]
+    assert "metrics" not in workload and workload["capacity"]["promptTokensPerSecond"] > 0
+    assert workload["policy"]["type"] == "predictive"
+    assert (
+        parse_policy_document(yaml.safe_load(written.read_text())).workloads[0].metrics[0].target.value
+        == (workload["capacity"]["promptTokensPerSecond"])
+    )

@@ -6,7 +6,7 @@ import math
 import re
 
 from policies.histogram import histogram_quantile
-from policies.metric_names import ACTIVITY_METRICS, BUILTIN_METRIC_NAMES, canonical
+from policies.metric_names import ACTIVITY_METRICS, BUILTIN_METRIC_NAMES, TTFT_P90, TTFT_SLO, canonical
 from policies.policy_file import Workload
 
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
@@ -68,15 +68,26 @@ def default_query(name: str, workload: Workload) -> str | None:
     if batch_key(name) not in _SERIES:
         return None
     selector = pod_selector(workload)
-    if name == "time_to_first_token_p90_seconds":
-        return f"histogram_quantile(0.9, {_expression(name, selector, 'le')})"
+    if name in (TTFT_P90, TTFT_SLO):
+        return f"histogram_quantile({quantile_of(name, workload):g}, {_expression(name, selector, 'le')})"
     if batch_key(name) == "kv_cache_usage_perc":
         return f"max({_expression(name, selector, '')})"
     return _expression(name, selector, "")
 
 
+def quantile_of(name: str, workload: Workload) -> float:
+    """The quantile a TTFT metric reads: 0.9 for the p90, the slo's target for what capacity is learned by."""
+    return workload.slo.target if name == TTFT_SLO and workload.slo is not None else 0.9
+
+
 def metric_queries(workload: Workload) -> dict[str, str]:
-    """Each metric's query: its own, or the default for its name; a metric with neither is an error."""
+    """Each metric's query: its own, or the default for its name; a metric with neither is an error, and so is
+    a workload with no metrics (an slo and no capacity: ``simulate`` measures one, the daemon cannot)."""
+    if workload.needs_capacity:
+        raise ValueError(
+            f"{workload.key}: capacity: needed to run a workload with an slo and no metrics (what one replica "
+            "sustains within it: simulate --write-config measures it)"
+        )
     queries = {}
     for metric in workload.metrics:
         query = metric.query or default_query(metric.name, workload)
@@ -134,7 +145,7 @@ def batched_query(name: str, namespaces: list[str]) -> str:
     if batch_key(name) not in _SERIES:
         raise ValueError(f"no batched query for {name!r}")
     selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
-    extra = ",le" if name == "time_to_first_token_p90_seconds" else ""
+    extra = ",le" if batch_key(name) == TTFT_P90 else ""
     return _expression(name, selector, f"namespace,pod{extra}")
 
 
@@ -152,21 +163,22 @@ def freshness_query(namespaces: list[str]) -> str:
 
 
 def batch_key(name: str) -> str:
-    """Aliases share one batch."""
-    return canonical(name)
+    """Aliases share one batch, and so do the two TTFT quantiles: one histogram."""
+    return TTFT_P90 if name == TTFT_SLO else canonical(name)
 
 
-def aggregate(name: str, values: list[tuple[dict[str, str], float]]) -> float | None:
-    """Combine one workload's per-pod series as its default query would: sum, max, or a quantile."""
+def aggregate(name: str, values: list[tuple[dict[str, str], float]], quantile: float = 0.9) -> float | None:
+    """Combine one workload's per-pod series as its default query would: sum, max, or a quantile (``quantile``
+    of the TTFT histogram)."""
     if not values:
         return None
     if batch_key(name) == "kv_cache_usage_perc":
         return max(v for _, v in values)
-    if name == "time_to_first_token_p90_seconds":
+    if batch_key(name) == TTFT_P90:
         buckets: dict[float, float] = {}
         for labels, value in values:
             bound = float(labels.get("le", "nan"))
             if not math.isnan(bound):
                 buckets[bound] = buckets.get(bound, 0.0) + value
-        return histogram_quantile(0.9, buckets)
+        return histogram_quantile(quantile, buckets)
     return sum(v for _, v in values)

@@ -301,6 +301,28 @@ def test_batched_queries_equal_each_workloads_default_query(
             expected = result.value
             assert expected is not None, (workload.key, name, result.failure, result.detail)
             assert batched[workload.key].values[name] == pytest.approx(expected, rel=1e-9), (workload.key, name)
+    # A workload that learns its capacity reads the TTFT quantile at its slo's target from the same histogram
+    # batch as the p90: one request more in all, not one a workload.
+    from policies.metric_names import TTFT_SLO
+
+    learning = [
+        {
+            "target": {"namespace": namespace, "name": name},
+            "maxReplicas": 9,
+            "slo": {"ttftSeconds": 2, "target": 0.95},
+            "capacity": {"promptTokensPerSecond": 1000, "runningRequests": 8, "learn": True},
+        }
+        for namespace, name in targets
+    ]
+    document = parse_policy_document({"prometheus": {"url": prometheus.url}, "workloads": learning})
+    observer = Observer(document, source)
+    assert observer.requests_per_tick() == 5  # prompt tokens, running, waiting, the histogram, the freshness
+    now = time.time()
+    collected = observer.collect(now)
+    for workload in document.workloads:
+        assert "histogram_quantile(0.95," in (default_query(TTFT_SLO, workload) or "")
+        expected = source.query_one(default_query(TTFT_SLO, workload) or "", now).value
+        assert expected is not None and collected[workload.key].values[TTFT_SLO] == pytest.approx(expected, rel=1e-9)
 
 
 def test_a_frozen_exporters_old_samples_are_stale(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
