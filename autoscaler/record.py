@@ -6,8 +6,15 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.queries import activity_query, metric_queries, replicas_query, spec_replicas_query
+from autoscaler.metrics.queries import (
+    activity_query,
+    default_query,
+    metric_queries,
+    replicas_query,
+    spec_replicas_query,
+)
 from autoscaler.metrics.source import Failure, MetricSource
+from policies.metric_names import TTFT_SLO
 from policies.policy_file import PolicyFile
 from simulations.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS, write_rows
 
@@ -32,6 +39,8 @@ def record(
         wanted = dict(metric_queries(workload))
         wanted[REPLICAS] = spec_replicas_query(workload)  # what was asked for: replay decides from it
         wanted[READY_REPLICAS] = replicas_query(workload)
+        if workload.learns_capacity:  # what its capacity is learned by, so that replay learns it the same
+            wanted[TTFT_SLO] = default_query(TTFT_SLO, workload) or ""
         if workload.activation is not None:
             wanted[ACTIVATION] = workload.activation.query
             wanted[ACTIVITY] = activity_query(workload)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from policies.base import Observation
+from policies.metric_names import TTFT_SLO
 from policies.pipeline import Decision
 from policies.policy_file import PolicyFile
 from simulations.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS, RecordedMetricsError, Tick
@@ -36,6 +37,7 @@ def check_names(policy: PolicyFile, ticks: list[Tick], label: str) -> None:
         w.key: {m.name for m in w.metrics}
         | {REPLICAS, READY_REPLICAS}
         | ({ACTIVATION, ACTIVITY} if w.activation else set())
+        | ({TTFT_SLO} if w.learns_capacity else set())
         for w in policy.workloads
     }
     for tick in ticks:
@@ -68,6 +70,8 @@ def replay(policy: PolicyFile, ticks: list[Tick]) -> list[ReplayRow]:
             count = int(observed) if observed is not None else current[workload.key]
             ready = recorded.get(READY_REPLICAS)
             metrics: dict[str, float | None] = {m.name: recorded.get(m.name) for m in workload.metrics}
+            if workload.learns_capacity:
+                metrics[TTFT_SLO] = recorded.get(TTFT_SLO)
             decider = deciders[workload.key]
             decision = decider.decide(
                 Observation(

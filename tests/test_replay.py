@@ -202,3 +202,25 @@ def test_an_idle_fleet_on_a_latency_quantile_scales_in(tmp_path: Path) -> None:
     assert rows[-1]["desired_replicas"] == "1" and {r["reason"] for r in rows} <= {"stabilized", "bounds"}
     missing = _decisions(tmp_path, [f"0,{KEY},replicas,8"] + [f"{t},{KEY},replicas,8" for t in range(15, 600, 15)])
     assert {r["desired_replicas"] for r in missing} == {"8"}  # no row at all: no value, held
+
+
+def test_a_workload_that_learns_its_capacity_replays_what_it_learned_by(tmp_path: Path) -> None:
+    """The TTFT quantile at the slo's target is a recorded metric of a workload that learns its capacity
+    (``record`` writes it), and replay learns from it as the daemon did: ten minutes of 4 ready replicas
+    carrying 1.5 times the seed within the SLO take the fleet asked for from 6 toward 4."""
+    config = workload_doc(
+        target={"namespace": "llm-serving", "name": "vllm-llama3-70b"},
+        maxReplicas=10,
+        slo={"ttftSeconds": 2},
+        capacity={"promptTokensPerSecond": 1000, "runningRequests": 100, "learn": True},
+        policy={"type": "predictive", "headroom": 0, "trend": {"maxGrowth": 0}},
+        behavior={"scaleDown": {"stabilizationWindowSeconds": 0}},
+    )
+    del config["workloads"][0]["metrics"]
+    rows = []
+    for t in range(0, 720, 15):
+        rows += [f"{t},{KEY},replicas,4", f"{t},{KEY},ready_replicas,4", f"{t},{KEY},prompt_tokens_per_second,6000"]
+        rows += [f"{t},{KEY},num_requests_running,40", f"{t},{KEY},num_requests_waiting,0"]
+        rows.append(f"{t},{KEY},time_to_first_token_slo_seconds,1.2")
+    decided = _decisions(tmp_path, rows, json.dumps(config))
+    assert decided[0]["desired_replicas"] == "6" and decided[-1]["desired_replicas"] == "4"
