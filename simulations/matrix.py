@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,8 +41,9 @@ from typing import Any
 import simulations.jobs as simulation_jobs
 from policies.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
+from simulations.clairvoyant import clairvoyant
 from simulations.compare import footing
-from simulations.contenders import policy_contender, policy_variant
+from simulations.contenders import keda_contender, policy_contender, policy_variant
 from simulations.replica_model import ReplicaModel, parse_overrides
 from simulations.results import write_dated
 from simulations.runner import RunResult, run
@@ -153,6 +154,11 @@ class Baseline:
     oracle_gpu_hours: float
     default_gpu_hours: float
     default_slo: float
+    # With ``--check``: the baselines the issue's check names (computed once, then cached with the rest).
+    keda_gpu_hours: float | None = None
+    keda_slo: float | None = None
+    clairvoyant_gpu_hours: float | None = None
+    clairvoyant_slo: float | None = None
 
 
 def _model(scenario: Scenario) -> ReplicaModel:
@@ -177,6 +183,21 @@ def _baseline(scenario: Scenario, trace: Trace, model: ReplicaModel) -> Baseline
     )
 
 
+def _check_baselines(baseline: Baseline, scenario: Scenario, trace: Trace, model: ReplicaModel) -> Baseline:
+    """``baseline`` with keda-sum's run and the clairvoyant's cheapest that meets the SLO, as simulate runs them."""
+    document = parse_policy_document(baseline.document, "<matrix>")
+    workload = document.workloads[0]
+    keda = run(trace, model, keda_contender(document, workload, model, False), baseline.initial, scenario.slo_ttft)
+    floor = clairvoyant(trace, model, document, workload, baseline.initial, scenario.slo_ttft, scenario.slo_target)
+    return replace(
+        baseline,
+        keda_gpu_hours=keda.gpu_hours,
+        keda_slo=keda.slo_attainment,
+        clairvoyant_gpu_hours=floor.gpu_hours,
+        clairvoyant_slo=floor.slo_attainment,
+    )
+
+
 _JOBS: list[tuple[Scenario, dict[str, Any], Path]] = []  # set before the workers fork: scenarios hold closures
 
 
@@ -192,6 +213,9 @@ def _one(index: int) -> dict[str, Any]:
     else:
         baseline = _baseline(scenario, trace, model)
         cached.write_text(json.dumps(asdict(baseline)))
+    if settings.get("check") and baseline.clairvoyant_gpu_hours is None:
+        baseline = _check_baselines(baseline, scenario, trace, model)
+        cached.write_text(json.dumps(asdict(baseline)))
     row: dict[str, Any] = {
         "scenario": scenario.name,
         "static_replicas": baseline.static_replicas,
@@ -201,13 +225,20 @@ def _one(index: int) -> dict[str, Any]:
         "default_gpu_hours": round(baseline.default_gpu_hours, 1),
         "default_slo": round(baseline.default_slo, 4),
     }
+    if settings.get("check"):
+        assert baseline.keda_gpu_hours is not None and baseline.clairvoyant_gpu_hours is not None
+        row.update(
+            keda_gpu_hours=round(baseline.keda_gpu_hours, 1),
+            keda_slo=round(baseline.keda_slo or 0.0, 4),
+            clairvoyant_gpu_hours=round(baseline.clairvoyant_gpu_hours, 1),
+        )
     raw = copy.deepcopy(baseline.document)
     if "behavior" in settings:
         raw["workloads"][0]["behavior"] = settings["behavior"]
     document = parse_policy_document(raw, "<matrix>")
     workload = document.workloads[0]
     variant_doc, variant = policy_variant(document, workload, {**dict(workload.policy), **settings.get("policy", {})})
-    if settings.keys() - {"tune"}:
+    if settings.keys() - {"tune", "check"}:
         contender = policy_contender(variant_doc, variant, model)
         _record(row, "variant", run(trace, model, contender, baseline.initial, scenario.slo_ttft, timeline=False))
     if settings.get("tune"):
@@ -259,6 +290,11 @@ def summary(rows: list[dict[str, Any]], targets: dict[str, float]) -> dict[str, 
                 tally[verdict] += 1
         if any(tally.values()):
             counts[prefix] = tally
+    checked = [row for row in rows if "clairvoyant_gpu_hours" in row]
+    for prefix in ("default", "variant"):
+        if checked and all(f"{prefix}_gpu_hours" in row for row in checked):
+            failing = [row for row in checked if check_failures(row, targets[row["scenario"]], prefix)]
+            counts[f"{prefix}_check"] = {"pass": len(checked) - len(failing), "fail": len(failing)}
     tuned = [row for row in rows if "tuned_predictive_gpu_hours" in row]
     if tuned:
         # The issue's second test: tuned predictive at no more GPU-hours than tuned threshold, where it meets.
@@ -273,6 +309,32 @@ def summary(rows: list[dict[str, Any]], targets: dict[str, float]) -> dict[str, 
                 key = "no_dearer" if row["tuned_predictive_gpu_hours"] <= row["tuned_threshold_gpu_hours"] else "dearer"
             counts["tuned_predictive_vs_threshold"][key] += 1
     return counts
+
+
+MUCH_TO_SAVE = 0.15  # the clairvoyant saves at least this share of the fixed fleet's cost: "much"
+NOTHING_TO_SAVE = 0.05  # it saves less: "nothing can be saved", and a policy may cost at most this much more
+
+
+def check_failures(row: dict[str, Any], target: float, prefix: str = "default") -> list[str]:
+    """What issue 36's check says of one contender's run where it fails (none: it passes), each as a few words:
+    wherever the fixed fleet meets the SLO it meets it too; wherever keda-sum meets it, it costs no more; where
+    the clairvoyant follower saves much over the fixed fleet, it saves at least half of that; where nothing can
+    be saved, it costs at most ``NOTHING_TO_SAVE`` more than the fixed fleet."""
+    cost, meets = row[f"{prefix}_gpu_hours"], row[f"{prefix}_slo"] >= target
+    static, clairvoyant = row["static_gpu_hours"], row.get("clairvoyant_gpu_hours")
+    failures = []
+    if row["static_replicas"] is not None and not meets:
+        failures.append("misses where the fixed fleet meets")
+    if row.get("keda_slo", 0.0) >= target and cost > row["keda_gpu_hours"]:
+        failures.append(f"dearer than keda-sum ({row['keda_gpu_hours']})")
+    if row["static_replicas"] is None or clairvoyant is None:
+        return failures
+    possible = static - clairvoyant
+    if possible >= MUCH_TO_SAVE * static and static - cost < possible / 2:
+        failures.append(f"saves {(static - cost) / possible:.0%} of the clairvoyant's saving")
+    elif possible < NOTHING_TO_SAVE * static and cost > (1 + NOTHING_TO_SAVE) * static:
+        failures.append(f"{cost / static - 1:.0%} over the fixed fleet with nothing to save")
+    return failures
 
 
 def _setting(text: str) -> tuple[str, Any]:
@@ -298,6 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--behavior", type=json.loads, help="the workload's behavior block, as JSON")
     parser.add_argument("--tune", action="store_true", help="also tune predictive and threshold (as simulate --tune)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also run keda-sum and the clairvoyant, and judge by issue 36's check (check_failures)",
+    )
     parser.add_argument("--scenarios", choices=["short", "long", "recorded"], default="short")
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vllm-autoscaler-matrix")
@@ -312,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         settings["behavior"] = args.behavior
     if args.tune:
         settings["tune"] = True
+    if args.check:
+        settings["check"] = True
     simulation_jobs.PARALLEL_MIN_REQUESTS = 10**12  # one scenario per process, each of them serial
     _JOBS[:] = [(s, settings, args.cache) for s in chosen]
     targets = {s.name: s.slo_target for s in chosen}
@@ -349,24 +418,40 @@ def write_report(
     summary."""
     shown = [p for p in PREFIXES if any(f"{p}_gpu_hours" in r for r in rows)]
     variant = f"the variant: `{json.dumps(settings)}`" if settings else "no variant, the default alone"
+    checked = any("clairvoyant_gpu_hours" in r for r in rows)
+    judged = [p for p in ("default", "variant") if p in shown] if checked else []
+    extra = ["keda-sum", "clairvoyant"] if checked else []
     lines = [
         f"Scenarios: `{args.scenarios}`" + (f", only `{args.only}`" if args.only else "") + f"; {variant}. "
         "Each cell: GPU-hours, SLO attainment and the verdict against the fixed fleet (win: meets it for less; "
         "dear: meets it for more; miss). The fixed fleets' searches and the default's runs were computed, or read from "
         f"`--cache` ({args.cache}) where a run had left them (delete it when the simulator changes).",
         "",
-        "| scenario | static-best | " + " | ".join(p.replace("_", " ") for p in shown) + " |",
-        "|---" * (2 + len(shown)) + "|",
+        "| scenario | static-best | "
+        + " | ".join([*extra, *(p.replace("_", " ") for p in shown), *(f"check ({p})" for p in judged)])
+        + " |",
+        "|---" * (2 + len(extra) + len(shown) + len(judged)) + "|",
     ]
+    if checked:
+        lines[0] += (
+            " The check is issue 36's (`check_failures`): it meets the SLO wherever the fixed fleet does, costs no "
+            "more than keda-sum wherever that meets it, saves at least half the clairvoyant's saving where that is "
+            f"{MUCH_TO_SAVE:.0%} or more of the fixed fleet's cost, and costs at most {NOTHING_TO_SAVE:.0%} more "
+            f"than the fixed fleet where the clairvoyant saves less than {NOTHING_TO_SAVE:.0%}."
+        )
     for row in rows:
         static = f"{row['static_replicas']}, {row['static_gpu_hours']}" if row["static_replicas"] else "none"
-        cells = [
+        cells = (
+            [f"{row['keda_gpu_hours']} ({row['keda_slo']:.4f})", f"{row['clairvoyant_gpu_hours']}"] if checked else []
+        )
+        cells += [
             f"{row[f'{p}_gpu_hours']} ({row[f'{p}_slo']:.4f})"
             + (f" {_verdict(row, targets[row['scenario']], p)}" if row["static_replicas"] else "")
             if f"{p}_gpu_hours" in row
             else ""
             for p in shown
         ]
+        cells += ["; ".join(check_failures(row, targets[row["scenario"]], p)) or "pass" for p in judged]
         lines.append(f"| {row['scenario']} | {static} | " + " | ".join(cells) + " |")
     lines += ["", f"Summary: `{json.dumps(summary(rows, targets))}`"]
     command = " ".join(["python -m simulations.matrix", *argv])

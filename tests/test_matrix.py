@@ -6,7 +6,17 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from simulations.matrix import SERVEGEN, SERVEGEN_DAY_WINDOWS, scenarios, servegen_whole_days, summary, write_report
+import pytest
+
+from simulations.matrix import (
+    SERVEGEN,
+    SERVEGEN_DAY_WINDOWS,
+    check_failures,
+    scenarios,
+    servegen_whole_days,
+    summary,
+    write_report,
+)
 
 
 def _row(name: str, static: int | None, variant: tuple[float, float] | None = None, least: int = 2) -> dict[str, Any]:
@@ -76,3 +86,52 @@ def test_the_report_says_what_made_it_and_every_row(tmp_path: Path) -> None:
     assert "\nMachine: " in text
     assert "| a | 10, 100.0 | 90.0 (0.9950) win | 80.0 (0.9950) win |" in text
     assert "| d | none | 90.0 (0.9950) | 80.0 (0.9800) |" in text  # no verdict where no fixed fleet meets
+
+
+def _checked(
+    default: tuple[float, float], keda: tuple[float, float], clairvoyant: float, static: int | None = 10
+) -> dict[str, Any]:
+    return {
+        **_row("x", static),
+        "default_gpu_hours": default[0],
+        "default_slo": default[1],
+        "keda_gpu_hours": keda[0],
+        "keda_slo": keda[1],
+        "clairvoyant_gpu_hours": clairvoyant,
+    }
+
+
+@pytest.mark.parametrize(
+    ("default", "keda", "clairvoyant", "failures"),
+    [
+        # the fixed fleet costs 100; a diurnal day whose clairvoyant saves 40: at most 80 to pass
+        ((80.0, 0.995), (70.0, 0.95), 60.0, []),
+        ((85.0, 0.995), (70.0, 0.95), 60.0, ["saves 38% of the clairvoyant's saving"]),
+        ((80.0, 0.98), (70.0, 0.95), 60.0, ["misses where the fixed fleet meets"]),
+        # keda-sum met the SLO: no dearer than it
+        ((80.0, 0.995), (75.0, 0.992), 60.0, ["dearer than keda-sum (75.0)"]),
+        # a flat hour: the clairvoyant saves 3 %, so at most 5 % over the fixed fleet
+        ((104.0, 0.995), (120.0, 0.95), 97.0, []),
+        ((106.0, 0.995), (120.0, 0.95), 97.0, ["6% over the fixed fleet with nothing to save"]),
+        # between: only the first two conditions
+        ((120.0, 0.995), (130.0, 0.95), 90.0, []),
+    ],
+)
+def test_issue_36s_check(
+    default: tuple[float, float], keda: tuple[float, float], clairvoyant: float, failures: list[str]
+) -> None:
+    assert check_failures(_checked(default, keda, clairvoyant), 0.99) == failures
+
+
+def test_no_fixed_fleet_meets_no_condition_but_keda_sums() -> None:
+    assert check_failures(_checked((200.0, 0.9), (150.0, 0.992), 60.0, static=None), 0.99) == [
+        "dearer than keda-sum (150.0)"
+    ]
+
+
+def test_the_summary_counts_the_check() -> None:
+    rows = [
+        _checked((80.0, 0.995), (70.0, 0.95), 60.0),
+        {**_checked((85.0, 0.995), (70.0, 0.95), 60.0), "scenario": "y"},
+    ]
+    assert summary(rows, {"x": 0.99, "y": 0.99})["default_check"] == {"pass": 1, "fail": 1}
