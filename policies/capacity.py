@@ -15,10 +15,11 @@ The SLO counts the time to first token beyond a request's own prefill (what no s
 histogram counts the whole of it; so the quantile is judged beyond its ``floor``, the lowest a light minute
 (below ``LEAST_LOAD``) has shown.
 
-Bounded so that no odd minute swings it (the issue's words): a minute moves the factor by at most ``STEP``,
-the factor stays within ``[LEAST_FACTOR, MOST_FACTOR]`` of the seed, and a minute in which the fleet was
-short (replicas still starting, or a scale just made) is not judged: its misses are the fleet's lag, not the
-replica's capacity. Worked example: seed 1,000 tokens/s, factor 1; a minute at 1,200 tokens/s a replica whose
+Bounded so that no odd minute swings it: a minute moves the factor by at most ``STEP``, the factor stays
+within ``[LEAST_FACTOR, MOST_FACTOR]`` of the seed, and no minute is judged within a window of the fleet being
+short (fewer ready replicas than asked for): its misses, and the backlog drained after, are the fleet's lag,
+not the replica's capacity. The factor is the policy's state: a reload keeps it, a restart starts from the
+seed. Worked example: seed 1,000 tokens/s, factor 1; a minute at 1,200 tokens/s a replica whose
 p99 met the SLO raises the factor to 1.05 (not 1.2); it takes 14 such minutes in a row to reach the bound 2.
 Table-tested in tests/test_capacity.py.
 """

@@ -417,7 +417,8 @@ def write_report(
     """The rows as a dated Markdown table (GPU-hours and SLO attainment per contender, and the verdict), then the
     summary."""
     shown = [p for p in PREFIXES if any(f"{p}_gpu_hours" in r for r in rows)]
-    variant = f"the variant: `{json.dumps(settings)}`" if settings else "no variant, the default alone"
+    given = {k: v for k, v in settings.items() if k != "check"}
+    variant = f"the variant: `{json.dumps(given)}`" if given else "no variant, the default alone"
     checked = any("clairvoyant_gpu_hours" in r for r in rows)
     judged = [p for p in ("default", "variant") if p in shown] if checked else []
     extra = ["keda-sum", "clairvoyant"] if checked else []
