@@ -138,6 +138,7 @@ class Workload(StrictModel):
     def _metrics_from_capacity(self) -> Workload:
         """Without ``metrics``, a ``capacity`` gives them, and ``predictive`` is the policy unless one is named;
         the metrics are left out again when the workload is written out, so that a file round-trips as given."""
+        # The model is frozen: these are set once, here, as validation's last step.
         if not self.metrics and "policy" not in self.model_fields_set:
             self.__dict__["policy"] = {"type": "predictive"}  # the slo form's policy: it forecasts the flows
         if not self.metrics and self.capacity is not None:
@@ -336,6 +337,10 @@ def _workload_problems(index: int, raw: dict[str, Any], interval: Any) -> list[s
         problems.append(f"{where}.capacity: is what a replica sustains within an slo; add an slo block")
     if raw.get("capacity") is not None and metrics:
         problems.append(f"{where}.capacity: give metrics or capacity, not both (the metrics are built from capacity)")
+    capacity, policy_block = raw.get("capacity"), raw.get("policy")
+    named = policy_block.get("type", "threshold") if isinstance(policy_block, dict) else "predictive"
+    if isinstance(capacity, dict) and capacity.get("learn") is True and named != "predictive":
+        problems.append(f"{where}.capacity.learn: only predictive learns its capacity; this workload runs {named}")
     if isinstance(metrics, list):
         names = [m.get("name") for m in metrics if isinstance(m, dict)]
         repeated = sorted({str(n) for n in names if n is not None and names.count(n) > 1})

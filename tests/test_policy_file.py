@@ -271,7 +271,7 @@ def test_a_capacity_gives_the_metrics_and_predictive_is_the_policy() -> None:
     ]
     assert workload.policy_type == "predictive" and not workload.needs_capacity
     assert not workload.learns_capacity  # off unless asked (policies/spec.py, Capacity.learn)
-    named = parse_policy_document(_slo_form(capacity={**CAPACITY, "learn": True}, policy={"type": "threshold"}))
+    named = parse_policy_document(_slo_form(capacity=CAPACITY, policy={"type": "threshold"}))
     assert named.workloads[0].policy_type == "threshold" and not named.workloads[0].learns_capacity
 
 
@@ -301,6 +301,10 @@ def test_an_slo_alone_is_a_file_simulate_measures_and_the_daemon_refuses() -> No
             "workloads[0].capacity: give metrics or capacity, not both",
         ),
         ({"capacity": {"promptTokensPerSecond": 0, "runningRequests": 8}}, "capacity.promptTokensPerSecond"),
+        (
+            {"capacity": {**CAPACITY, "learn": True}, "policy": {"type": "pid"}},
+            "workloads[0].capacity.learn: only predictive learns its capacity; this workload runs pid",
+        ),
     ],
 )
 def test_the_slo_forms_problems_name_their_field(overrides: dict[str, object], expected: str) -> None:
