@@ -45,7 +45,7 @@ def knob_variant(
         scale = value / first
         capacity = workload.capacity.model_dump(by_alias=True, mode="json")
         for key in ("promptTokensPerSecond", "runningRequests", "waitingRequests"):
-            capacity[key] *= scale
+            capacity[key] = round(capacity[key] * scale, 4)
         return workload_variant(document, workload, {"policy": policy, "capacity": capacity})
     metrics = [m.model_dump(by_alias=True, exclude_none=True, mode="json") for m in workload.metrics]
     for metric in metrics:

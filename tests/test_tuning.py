@@ -297,3 +297,24 @@ def test_tuning_runs_the_safe_end_last_and_reports_it_when_no_setting_meets_the_
     assert not result.meets(0.99) and not result.abandoned
     assert result.tuned == {"target": pytest.approx(safe, abs=1e-4)}
     assert result.completed_requests + result.dropped_requests == trace.requests
+
+
+def test_a_tuned_target_scales_the_capacity_a_workload_gives_in_place_of_metrics() -> None:
+    """In the slo form the metrics are built from the capacity: a target tuned on the first of them scales the
+    capacity, every figure by the same ratio, and the file written still gives the capacity, not metrics."""
+    from policies.policy_file import parse_policy_document
+    from simulations.tuning import knob_variant
+
+    raw = {
+        "target": {"namespace": "llm-serving", "name": "vllm"},
+        "maxReplicas": 10,
+        "slo": {"ttftSeconds": 2},
+        "capacity": {"promptTokensPerSecond": 500, "runningRequests": 11, "learn": False},
+    }
+    document = parse_policy_document({"workloads": [raw]})
+    _, tuned = knob_variant(document, document.workloads[0], "threshold", {"target": 400.0})
+    assert tuned.capacity is not None and tuned.policy_type == "threshold"
+    assert (tuned.capacity.prompt_tokens_per_second, tuned.capacity.running_requests) == (400.0, 8.8)
+    assert tuned.capacity.waiting_requests == 1.6
+    assert [m.target.value for m in tuned.metrics] == [400.0, 8.8, 1.6]
+    assert "metrics" not in tuned.model_dump(by_alias=True)
