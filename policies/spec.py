@@ -256,7 +256,8 @@ class Capacity(StrictModel):
     # capacity learned from the TTFT histogram").
     learn: bool = Field(
         default=False,
-        description="predictive learns the prompt-token rate from the TTFT histogram, within 0.5 to 2 times the seed",
+        description="experimental: predictive learns the prompt-token rate from the TTFT histogram, within 0.5 to 2 "
+        "times the seed",
     )
 
 
