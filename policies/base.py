@@ -63,7 +63,7 @@ class WorkloadContext:
     behavior: ResolvedBehavior
     activation: Activation | None = None  # set: the workload may go to zero (``min_replicas`` is its floor awake)
     slo: Slo | None = None
-    capacity: Capacity | None = None  # set: the metrics were built from it, and predictive may learn it
+    capacity: Capacity | None = None  # set: predictive learns it from this seed (``Workload.learns_capacity``)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import yaml
 from pydantic import (
     BeforeValidator,
     Field,
-    PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationError,
     WithJsonSchema,
@@ -132,7 +131,6 @@ class Workload(StrictModel):
         default=None,
         description="what one replica sustains within the slo; the metrics are built from it (metrics left out)",
     )
-    _derived_metrics: bool = PrivateAttr(default=False)
 
     @model_validator(mode="after")
     def _metrics_from_capacity(self) -> Workload:
@@ -143,13 +141,12 @@ class Workload(StrictModel):
             self.__dict__["policy"] = {"type": "predictive"}  # the slo form's policy: it forecasts the flows
         if not self.metrics and self.capacity is not None:
             self.__dict__["metrics"] = capacity_metrics(self.capacity)
-            self._derived_metrics = True
         return self
 
     @model_serializer(mode="wrap")
     def _without_derived(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if self._derived_metrics or not self.metrics:
+        if self.capacity is not None or not self.metrics:  # a capacity and metrics are never both given
             data.pop("metrics", None)
         return data
 
@@ -195,7 +192,7 @@ class Workload(StrictModel):
             behavior=self.behavior.resolved(),
             activation=self.activation,
             slo=self.slo,
-            capacity=self.capacity,
+            capacity=self.capacity if self.learns_capacity else None,
         )
 
     def build_policy(self, interval: float, state: Any = None) -> Policy:

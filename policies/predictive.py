@@ -333,8 +333,9 @@ class PredictivePolicy:
 
     @property
     def learns(self) -> bool:
-        """Whether the replica's prompt-token capacity is learned (a ``capacity`` block that learns, an slo)."""
-        return self.ctx.capacity is not None and self.ctx.capacity.learn and self.ctx.slo is not None
+        """Whether the replica's prompt-token capacity is learned: the context carries a capacity only then
+        (``Workload.learns_capacity``, the one rule)."""
+        return self.ctx.capacity is not None
 
     def _learn(self, observation: Observation) -> float:
         """The learned factor on the prompt-token capacity after this tick's minute is judged (1 when not
