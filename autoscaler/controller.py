@@ -32,6 +32,7 @@ from autoscaler.metrics.source import MetricSource
 from autoscaler.observer import Observer, WorkloadMetrics
 from autoscaler.state import LastScale, StateStore, WorkloadRecord, record_key
 from autoscaler.telemetry import Telemetry
+from autoscaler.warm_up import warm_up
 from policies.base import Observation
 from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
 from policies.pipeline import Decision, Reason, WorkloadDecider
@@ -52,6 +53,7 @@ class WorkloadRuntime:
     refused_by: tuple[str, ...] = ()
     missing: bool = False
     last_scale: tuple[float, int, int, str] | None = None  # wall time, from, to, reason
+    warmed: bool = False  # its policy has been passed Prometheus's history (autoscaler.warm_up)
 
 
 class Controller:
@@ -186,6 +188,9 @@ class Controller:
             self._restore(wall, now)
         elif not self.leading():
             self.restored = False  # a leader again later reads what the leader meanwhile wrote
+        for runtime in runtimes:
+            if not runtime.warmed:
+                self._warm_up(runtime, wall, now)
         read = self.actuator.read_many([r.workload.target for r in runtimes])
         states = [read[target_key(r.workload.target)] for r in runtimes]
         observed = self.observer.collect(wall)
@@ -274,6 +279,21 @@ class Controller:
         decision = runtime.decider.decide(observation)
         self._metrics_events(runtime, decision, metrics)
         return self._act(runtime, state, decision, line)
+
+    def _warm_up(self, runtime: WorkloadRuntime, wall: float, now: float) -> None:
+        """Rebuild the policy's state from Prometheus's history, once per workload; whatever the outcome the
+        workload then decides on what it has (``autoscaler.warm_up``)."""
+        runtime.warmed = True
+        key = runtime.workload.key
+        try:
+            outcome = warm_up(runtime.workload, runtime.decider.policy, self.source, wall, now - wall, self.interval)
+        except Exception as exc:  # one workload's fault never stalls the others
+            log.warning("warm-up-incomplete", workload=key, detail=repr(exc)[:300])
+            return
+        if outcome.failed:
+            log.warning("warm-up-incomplete", workload=key, samples=outcome.samples, failed=outcome.failed)
+        elif outcome.samples:
+            log.info("warmed-up", workload=key, samples=outcome.samples)
 
     def _ownership(self, runtime: WorkloadRuntime, state: ScaleState, line: dict[str, Any]) -> str | None:
         """Why this workload must not be written (``owner-unknown``, ``foreign-autoscaler``), or None.

@@ -15,7 +15,7 @@ from autoscaler.metrics.queries import (
 )
 from autoscaler.metrics.source import Failure, MetricSource
 from policies.metric_names import TTFT_SLO
-from policies.policy_file import PolicyFile
+from policies.policy_file import PolicyFile, Workload
 from simulations.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS, write_rows
 
 log = get_logger("autoscaler.record")
@@ -29,6 +29,22 @@ class RecordOutcome:
     empty: list[str] = field(default_factory=list)
 
 
+def series_queries(workload: Workload) -> dict[str, str]:
+    """The PromQL of every series a workload is decided from, by its recorded-metrics name: its metrics, the
+    count asked for (``replicas``: replay decides from it) and the ready count, and what its capacity is
+    learned by and its activation read, where it has them. ``record`` writes them; a starting daemon replays
+    them (``autoscaler.warm_up``)."""
+    wanted = dict(metric_queries(workload))
+    wanted[REPLICAS] = spec_replicas_query(workload)
+    wanted[READY_REPLICAS] = replicas_query(workload)
+    if workload.learns_capacity:
+        wanted[TTFT_SLO] = default_query(TTFT_SLO, workload) or ""
+    if workload.activation is not None:
+        wanted[ACTIVATION] = workload.activation.query
+        wanted[ACTIVITY] = activity_query(workload)
+    return wanted
+
+
 def record(
     document: PolicyFile, source: MetricSource, start: float, end: float, step: float, out: TextIO
 ) -> RecordOutcome:
@@ -36,15 +52,7 @@ def record(
     outcome = RecordOutcome()
     rows: list[tuple[float, str, str, float]] = []
     for workload in document.workloads:
-        wanted = dict(metric_queries(workload))
-        wanted[REPLICAS] = spec_replicas_query(workload)  # what was asked for: replay decides from it
-        wanted[READY_REPLICAS] = replicas_query(workload)
-        if workload.learns_capacity:  # what its capacity is learned by, so that replay learns it the same
-            wanted[TTFT_SLO] = default_query(TTFT_SLO, workload) or ""
-        if workload.activation is not None:
-            wanted[ACTIVATION] = workload.activation.query
-            wanted[ACTIVITY] = activity_query(workload)
-        for name, query in wanted.items():
+        for name, query in series_queries(workload).items():
             series = source.query_range(query, start, end, step)
             where = f"{workload.key} {name}"
             if series.failure is not None:

@@ -78,7 +78,9 @@ class Proposal:
 class Policy(Protocol):
     """The interface of a policy. Register an implementation in ``policies.registry``. A policy may also
     declare ``tuning_knob``, the one setting ``simulate --tune`` searches (named as a policy file names it);
-    `--tune` refuses a policy without one, with a one-line error."""
+    `--tune` refuses a policy without one, with a one-line error. A policy whose state is built from what it
+    has seen may declare ``history_seconds``, how far back that goes: a starting daemon passes that much of
+    Prometheus's history through ``recommend`` before its first decision (``autoscaler.warm_up``)."""
 
     Params: ClassVar[type[BaseModel]]
     type: ClassVar[str]

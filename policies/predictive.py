@@ -332,6 +332,13 @@ class PredictivePolicy:
         return settings
 
     @property
+    def history_seconds(self) -> float:
+        """How much of the past this policy's state is built from, what a starting daemon replays into it
+        (``autoscaler.warm_up``): the trend's window, and with ``learnedHeadroom`` the rises' memory."""
+        learned = self.params.learned_headroom
+        return max(self.trend_window, learned.memory_seconds if learned is not None else 0.0)
+
+    @property
     def learns(self) -> bool:
         """Whether the replica's prompt-token capacity is learned: the context carries a capacity only then
         (``Workload.learns_capacity``, the one rule)."""

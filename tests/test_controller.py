@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from autoscaler.actuators.base import ActuatorError, Owner, Ownership, ReadFailure, ScaleState, WriteResult, target_key
 from autoscaler.actuators.dryrun import DryRunActuator
@@ -253,3 +254,51 @@ def test_without_the_replicas_activity_it_never_goes_to_zero(source: FakeSource)
         daemon.tick()
         clock.now += 15
     assert 0 not in [replicas for _, replicas in actuator.writes]
+
+
+class HistorySource(FakeSource):
+    """Range queries counted; each answers three samples of the value the test set, or raises."""
+
+    def __init__(self, broken: bool = False) -> None:
+        super().__init__()
+        self.ranges: list[str] = []
+        self.broken = broken
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
+        self.ranges.append(query)
+        if self.broken:
+            raise RuntimeError("a bug in the history's path")
+        value = self.values.get(query.split(":", 1)[1], 3.0) if query.startswith("waiting:") else 3.0
+        return RangeSeries([(end - 2 * step, value), (end - step, value), (end, value)])
+
+
+def test_a_predictive_workload_is_warmed_from_history_once_before_its_first_decision() -> None:
+    source = HistorySource()
+    source.values = {"a": 12.0}
+    actuator = FakeActuator({"a": state(3)})
+    ticking = Clock()
+    control = controller(actuator, source, clock=ticking, policy={"type": "predictive"})
+    control.tick()
+    assert len(source.ranges) == 3  # the metric, the count asked for and the ready count
+    policy: Any = control.runtime["llm/a"].decider.policy
+    assert len(policy.state.trend.samples) == 4  # three from the history, then the first tick's
+    ticking.now += 15
+    control.tick()
+    assert len(source.ranges) == 3
+
+
+def test_a_history_that_fails_leaves_the_workload_deciding() -> None:
+    source = HistorySource(broken=True)
+    source.values = {"a": 1000.0}
+    actuator = FakeActuator({"a": state(2)})
+    with capture_logs() as logs:
+        line = controller(actuator, source, policy={"type": "predictive"}).tick()[0]
+    assert line["applied"] and actuator.writes == [("a", 6)]  # as the first test: 100 % or 4 pods per 15 s
+    assert any(e["event"] == "warm-up-incomplete" and "a bug" in e["detail"] for e in logs)
+
+
+def test_a_threshold_workload_reads_no_history(source: FakeSource) -> None:
+    history = HistorySource()
+    history.values = dict(source.values)
+    controller(FakeActuator({"a": state(2)}), history).tick()
+    assert history.ranges == []

@@ -15,6 +15,7 @@ from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.metrics.source import Failure
 from autoscaler.observer import Observer
 from autoscaler.testing.servers import PrometheusServer, VllmExporter, wait_for
+from autoscaler.warm_up import warm_up
 from policies.base import Observation
 from policies.pipeline import Reason
 from policies.policy_file import PolicyFile, parse_policy_document
@@ -390,3 +391,30 @@ def test_an_idle_histogram_is_no_load_batched_and_custom(exporter: VllmExporter,
     decider = document.decider(document.workloads[0])
     decision = decider.decide(Observation(0.0, 8, observed.values, 8))
     assert decision.reason != Reason.METRICS_UNAVAILABLE and decision.recommended == 0
+
+
+def test_a_starting_daemon_warms_its_policy_from_prometheus_history(
+    exporter: VllmExporter, prometheus: PrometheusServer
+) -> None:
+    """``warm_up`` reads what ``record`` would write over the policy's history, through a real Prometheus's
+    range API, and the predictive policy's trend holds those samples before its first decision."""
+    exporter.set_pods(NS, NAME, waiting=[2, 4, 6], kv=[0.1, 0.2, 0.3])
+    exporter.set("kube_deployment_spec_replicas", 3.0, namespace=NS, deployment=NAME)
+    document = parse_policy_document(
+        {
+            **_document(prometheus.url).model_dump(by_alias=True, exclude_none=True),
+            "interval": 1,
+        }
+    )
+    workload = document.workloads[0].model_copy(update={"policy": {"type": "predictive"}})
+    document = document.model_copy(update={"workloads": [workload]})
+    source = PrometheusSource(document.prometheus)
+    observer = Observer(document, source)
+    wait_for(lambda: _collect(observer)["num_requests_waiting"] == 12, 30, "the values")
+    start = time.time()
+    wait_for(lambda: time.time() - start > 4, 10, "a few seconds of samples")
+    policy: Any = document.decider(workload).policy
+    outcome = warm_up(workload, policy, source, time.time(), 0.0, 1.0)
+    assert outcome.failed == [] and outcome.samples >= 4
+    since = [round(demand, 6) for at, demand in policy.state.trend.samples if at >= start]
+    assert len(since) >= 4 and set(since) == {6.0}  # 12 waiting requests over a target of 2 each, the largest of the two metrics

@@ -1,0 +1,108 @@
+"""A starting daemon's policy rebuilt from the history Prometheus holds (``autoscaler.warm_up``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, VectorResult
+from autoscaler.record import series_queries
+from autoscaler.warm_up import MAX_POINTS, history_seconds, warm_up
+from policies.base import Observation
+from policies.policy_file import Workload, parse_policy_document
+from policies.predictive import PredictivePolicy
+from simulations.recorded import READY_REPLICAS, REPLICAS
+from tests.helpers import workload_doc
+
+WALL = 1_800_000_000.0
+TO_NOW = -1_799_990_000.0  # the decision clock reads 10,000 at WALL
+
+
+class RangeSource:
+    """Range queries answered from per-series functions of time, by the series' recorded-metrics name."""
+
+    def __init__(self, workload: Workload, series: Mapping[str, Any], failing: Iterable[str] = ()) -> None:
+        self.by_query = {query: name for name, query in series_queries(workload).items()}
+        self.series, self.failing = series, set(failing)
+        self.asked: list[tuple[str, float, float, float]] = []
+
+    def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
+        return {}
+
+    def query_vector(self, query: str, now: float) -> VectorResult:
+        return VectorResult([])
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
+        name = self.by_query[query]
+        self.asked.append((name, start, end, step))
+        if name in self.failing:
+            return RangeSeries([], Failure.TIMEOUT, "timed out")
+        at = self.series.get(name)
+        if at is None:
+            return RangeSeries([], Failure.EMPTY, "the query returned no series")
+        stamps = [start + i * step for i in range(int((end - start) // step) + 1)]
+        return RangeSeries([(t, float(at(t))) for t in stamps])
+
+
+def _workload(policy: dict[str, Any]) -> Workload:
+    metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}}]
+    return parse_policy_document(workload_doc(metrics=metrics, maxReplicas=40, policy=policy)).workloads[0]
+
+
+def _predictive(workload: Workload) -> PredictivePolicy:
+    policy = parse_policy_document(workload_doc(metrics=[m.model_dump(by_alias=True) for m in workload.metrics]))
+    decider = policy.decider(workload)
+    assert isinstance(decider.policy, PredictivePolicy)
+    return decider.policy
+
+
+def _rising(t: float) -> float:
+    """Prompt tokens a second rising by 1,000 every 10 minutes: a sustained ramp."""
+    return 2000.0 + 1000.0 * (t - WALL) / 600.0
+
+
+def test_history_rebuilds_the_trend_a_restart_would_forget() -> None:
+    """A daemon restarted in the middle of a ramp: warmed, its first decision already extrapolates the ramp
+    (the forecast is above the present demand); started cold, it sees no trend for two horizons."""
+    workload = _workload({"type": "predictive"})
+    warmed, cold = _predictive(workload), _predictive(workload)
+    source = RangeSource(
+        workload, {"prompt_tokens_per_second": _rising, REPLICAS: lambda t: 6, READY_REPLICAS: lambda t: 6}
+    )
+    outcome = warm_up(workload, warmed, source, WALL, TO_NOW, 15.0)
+    window = warmed.trend_window
+    assert outcome.failed == [] and outcome.samples == int(window // 15)
+    assert {(start, end, step) for _, start, end, step in source.asked} == {(WALL - window, WALL - 15, 15.0)}
+    first = Observation(WALL + 15 + TO_NOW, 6, {"prompt_tokens_per_second": _rising(WALL + 15)}, 6)
+    demand = _rising(WALL + 15) / 500
+    assert warmed.recommend(first).details["forecast"] > demand
+    assert cold.recommend(first).details["forecast"] == demand
+
+
+def test_a_learned_headroom_reads_its_memory_within_the_points_prometheus_allows() -> None:
+    workload = _workload({"type": "predictive", "learnedHeadroom": {"memorySeconds": 86_400}})
+    policy = _predictive(workload)
+    assert history_seconds(policy) == 86_400
+    source = RangeSource(workload, {"prompt_tokens_per_second": lambda t: 3000, REPLICAS: lambda t: 8})
+    outcome = warm_up(workload, policy, source, WALL, TO_NOW, 5.0)
+    assert {step for *_, step in source.asked} == {86_400 / MAX_POINTS}  # 5 s would be 17,280 points
+    assert outcome.samples >= MAX_POINTS - 1
+    assert policy.state.rises is not None and policy.state.rises.seconds > 80_000
+
+
+def test_a_failed_series_is_reported_and_samples_without_the_count_are_skipped() -> None:
+    workload = _workload({"type": "predictive"})
+    policy = _predictive(workload)
+    failing = RangeSource(workload, {"prompt_tokens_per_second": _rising}, failing=[REPLICAS])
+    outcome = warm_up(workload, policy, failing, WALL, TO_NOW, 15.0)
+    assert outcome.samples == 0 and outcome.failed == ["replicas: timeout"]
+    assert not policy.state.trend.samples  # without the count nothing is judged against it
+
+
+def test_a_policy_that_keeps_no_history_reads_none() -> None:
+    workload = _workload({"type": "threshold"})
+    decider = parse_policy_document(workload_doc()).decider(workload)
+    source = RangeSource(workload, {})
+    assert history_seconds(decider.policy) == 0
+    assert warm_up(workload, decider.policy, source, WALL, TO_NOW, 15.0).samples == 0
+    assert source.asked == []
