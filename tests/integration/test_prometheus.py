@@ -417,4 +417,4 @@ def test_a_starting_daemon_warms_its_policy_from_prometheus_history(
     outcome = warm_up(workload, policy, source, time.time(), 0.0, 1.0)
     assert outcome.failed == [] and outcome.samples >= 4
     since = [round(demand, 6) for at, demand in policy.state.trend.samples if at >= start]
-    assert len(since) >= 4 and set(since) == {6.0}  # 12 waiting requests over a target of 2 each, the largest of the two metrics
+    assert len(since) >= 4 and set(since) == {6.0}  # 12 waiting requests over a target of 2: the larger demand
