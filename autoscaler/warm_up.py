@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from autoscaler.logs import get_logger
 from autoscaler.metrics.source import MetricSource
 from autoscaler.record import PROMETHEUS_FAILURES, series_queries
-from policies.base import Observation, Policy
-from policies.metric_names import TTFT_SLO
+from policies.base import Policy
 from policies.policy_file import Workload
-from simulations.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS
+from simulations.recorded import REPLICAS, recorded_observation
 
 log = get_logger("autoscaler.warm_up")
 MAX_POINTS = 10_000  # Prometheus refuses a range query of more than 11,000 points a series
@@ -61,21 +60,10 @@ def warm_up(
             continue
         for stamp, value in series.samples:
             rows.setdefault(stamp, {})[name] = value
-    names = [m.name for m in workload.metrics] + ([TTFT_SLO] if workload.learns_capacity else [])
     for stamp in sorted(rows):
         row = rows[stamp]
         if (current := row.get(REPLICAS)) is None:
             continue
-        ready = row.get(READY_REPLICAS)
-        policy.recommend(
-            Observation(
-                stamp + to_now,
-                round(current),
-                {name: row.get(name) for name in names},
-                None if ready is None else round(ready),
-                row.get(ACTIVATION),
-                row.get(ACTIVITY),
-            )
-        )
+        policy.recommend(recorded_observation(workload, row, stamp + to_now, round(current)))
         outcome.samples += 1
     return outcome

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
+
+from policies.base import Observation
+from policies.metric_names import TTFT_SLO
+from policies.policy_file import Workload
 
 HEADER = ["timestamp", "workload", "metric", "value"]
 REPLICAS = "replicas"  # the target's spec.replicas: the count asked for
@@ -134,3 +138,19 @@ def observed_rows(
         rows.append((stamp, workload, READY_REPLICAS, float(ready)))
         rows += [(stamp, workload, name, value) for name, value in metrics.items() if value is not None]
     return rows
+
+
+def recorded_observation(workload: Workload, values: Mapping[str, float], now: float, current: int) -> Observation:
+    """One tick's observation of ``workload`` from the series recorded for it at that tick (by their
+    recorded-metrics names), with ``current`` as the count asked for: what ``replay`` decides from and what a
+    starting daemon passes its policy (``autoscaler.warm_up``)."""
+    names = [m.name for m in workload.metrics] + ([TTFT_SLO] if workload.learns_capacity else [])
+    ready = values.get(READY_REPLICAS)
+    return Observation(
+        now,
+        current,
+        {name: values.get(name) for name in names},
+        None if ready is None else round(ready),
+        values.get(ACTIVATION),
+        values.get(ACTIVITY),
+    )

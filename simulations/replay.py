@@ -7,11 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from policies.base import Observation
 from policies.metric_names import TTFT_SLO
 from policies.pipeline import Decision
 from policies.policy_file import PolicyFile
-from simulations.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS, RecordedMetricsError, Tick
+from simulations.recorded import (
+    ACTIVATION,
+    ACTIVITY,
+    READY_REPLICAS,
+    REPLICAS,
+    RecordedMetricsError,
+    Tick,
+    recorded_observation,
+)
 
 DECISION_HEADER = [
     "timestamp",
@@ -68,24 +75,12 @@ def replay(policy: PolicyFile, ticks: list[Tick]) -> list[ReplayRow]:
             recorded = tick.values.get(workload.key, {})
             observed = recorded.get(REPLICAS)
             count = int(observed) if observed is not None else current[workload.key]
-            ready = recorded.get(READY_REPLICAS)
-            metrics: dict[str, float | None] = {m.name: recorded.get(m.name) for m in workload.metrics}
-            if workload.learns_capacity:
-                metrics[TTFT_SLO] = recorded.get(TTFT_SLO)
             decider = deciders[workload.key]
-            decision = decider.decide(
-                Observation(
-                    tick.timestamp,
-                    count,
-                    metrics,
-                    None if ready is None else int(ready),
-                    recorded.get(ACTIVATION),
-                    recorded.get(ACTIVITY),
-                )
-            )
+            observation = recorded_observation(workload, recorded, tick.timestamp, count)
+            decision = decider.decide(observation)
             decider.applied(decision)
             current[workload.key] = decision.desired
-            rows.append(ReplayRow(tick.label, workload.key, decision, metrics))
+            rows.append(ReplayRow(tick.label, workload.key, decision, dict(observation.metrics)))
     return rows
 
 
