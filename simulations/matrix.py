@@ -16,6 +16,9 @@ fleet that meets the SLO there (``static-best``), each scenario sized and search
 * ``recorded``: the ServeGen file's other days, each at 60 and 300 s, as the short set runs its first two:
   recorded traffic only, a day at a time. Days with gaps in the recording are left out
   (``servegen_whole_days``): 7 of the 12, 14 scenarios.
+* ``bursty``: four of those days with the Azure hour's minute-to-minute bursts inside their windows and its
+  requests' lengths (``bursty_day``), at 60 and 300 s: 8 scenarios. ServeGen's days are smooth within a
+  window and recorded request traces are not; issue 36 is checked on recorded days of request traces.
 
 The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
 ``--cache`` (they do not depend on the variant); delete it when the simulator, the sizing or the default
@@ -38,6 +41,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import simulations.jobs as simulation_jobs
 from policies.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
@@ -52,6 +57,8 @@ from simulations.tuning import tune
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 SERVEGEN = "servegen_m-mid_rate_600s.csv"
+AZURE = "azure_llm_2023_conv.csv"
+BURSTY_DAYS = (2, 6, 10, 12)  # ServeGen's days 3, 7, 11 and 13 (zero-based), whole ones of the recorded set
 SERVEGEN_RATE_SCALE = 4 / 1790  # its first day's mean to about 3 requests/s
 SERVEGEN_DAY_WINDOWS = 144
 
@@ -65,12 +72,13 @@ class Scenario:
     slo_target: float = 0.99
 
 
-def _rate_trace(name: str, lines: list[str], rate_scale: float = 1.0) -> Trace:
-    """A rate-per-window trace from the lines of its CSV (header first), read as ``--trace`` reads one."""
+def _rate_trace(name: str, lines: list[str], rate_scale: float = 1.0, lengths: Trace | None = None) -> Trace:
+    """A rate-per-window trace from the lines of its CSV (header first), read as ``--trace`` reads one
+    (with ``--lengths-from``, given ``lengths``)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / name
         path.write_text("\n".join(lines) + "\n")
-        return read_rate(path, seed=0, rate_scale=rate_scale)
+        return read_rate(path, seed=0, rate_scale=rate_scale, lengths=lengths)
 
 
 def _servegen_lines() -> list[str]:
@@ -82,7 +90,7 @@ def _servegen_windows(lines: list[str], day: int, days: int = 1) -> list[str]:
     return lines[1 + day * SERVEGEN_DAY_WINDOWS : 1 + (day + days) * SERVEGEN_DAY_WINDOWS]
 
 
-def _servegen_day(day: int, days: int = 1) -> Trace:
+def servegen_day(day: int, days: int = 1) -> Trace:
     """Days ``day`` (zero-based) to ``day + days - 1`` of the ServeGen file (``read_rate`` times a trace
     from its first request)."""
     lines = _servegen_lines()
@@ -103,6 +111,31 @@ def servegen_whole_days() -> list[int]:
     ]
 
 
+def minute_profile(trace: Trace) -> np.ndarray:
+    """The arrivals per whole minute of ``trace`` over their mean: its minute-level bursts, as multipliers."""
+    minutes = int(trace.arrival_s[-1] // 60)
+    counts = np.bincount((trace.arrival_s // 60).astype(int), minlength=minutes)[:minutes].astype(float)
+    return np.asarray(counts / float(counts.mean()))
+
+
+def bursty_day(day: int) -> Trace:
+    """ServeGen's day ``day`` (zero-based) with the Azure conversation hour's bursts: each minute's rate is
+    its 10-minute window's times that minute's multiplier in the Azure hour (``minute_profile``, repeated
+    hour after hour), and requests draw the Azure hour's prompt and output lengths. ServeGen records a rate
+    per 10-minute window, smooth within it; recorded request traces burst from one minute to the next (the
+    Azure hour: a minute's arrivals spread 0.68 to 1.42 times their mean, 5th to 95th percentile)."""
+    azure = load_trace(TRACES / AZURE)
+    profile = minute_profile(azure)
+    lines = _servegen_lines()
+    rows = ["window_start_s,rate_rps"]
+    for window, line in enumerate(_servegen_windows(lines, day)):
+        rate = float(line.split(",")[1])
+        for minute in range(10):
+            index = window * 10 + minute
+            rows.append(f"{index * 60},{rate * profile[index % len(profile)]}")
+    return _rate_trace(f"bursty_day{day + 1}.csv", rows, SERVEGEN_RATE_SCALE, azure)
+
+
 def _ramp() -> Trace:
     """An hour at 1 request/s, a rise to 8 over 30 minutes, an hour and a half at 8."""
     rows = ["window_start_s,rate_rps"]
@@ -115,27 +148,33 @@ def _ramp() -> Trace:
 def scenarios(which: str) -> list[Scenario]:
     if which == "recorded":
         return [
-            Scenario(f"servegen{day + 1}@{cold}", partial(_servegen_day, day), cold)
+            Scenario(f"servegen{day + 1}@{cold}", partial(servegen_day, day), cold)
             for day in servegen_whole_days()
             if day > 1  # the short set runs the first two
+            for cold in (60, 300)
+        ]
+    if which == "bursty":
+        return [
+            Scenario(f"bursty{day + 1}@{cold}", partial(bursty_day, day), cold)
+            for day in BURSTY_DAYS
             for cold in (60, 300)
         ]
     if which == "long":
         return [
             Scenario("two-days@300", partial(synthetic_day, 3, 5.8, 48.0, 12), 300),
             Scenario("sparse-week@300", partial(synthetic_day, 3, 0.3, 168.0, 7), 300),
-            Scenario("servegen11-13@300", partial(_servegen_day, 10, 3), 300),
+            Scenario("servegen11-13@300", partial(servegen_day, 10, 3), 300),
         ]
     found: list[Scenario] = []
     for seed in range(10):
         for cold in (60, 120, 300):
             found.append(Scenario(f"day{seed}@{cold}", partial(synthetic_day, seed), cold))
-    azure = TRACES / "azure_llm_2023_conv.csv"
+    azure = TRACES / AZURE
     for cold in (60, 120, 300, 600):
         found.append(Scenario(f"azure@{cold}", partial(load_trace, azure), cold))
     for day in (0, 1):
         for cold in (60, 300):
-            found.append(Scenario(f"servegen{day + 1}@{cold}", partial(_servegen_day, day), cold))
+            found.append(Scenario(f"servegen{day + 1}@{cold}", partial(servegen_day, day), cold))
     found += [
         Scenario("day0@300,99.9%", synthetic_day, 300, slo_target=0.999),
         Scenario("day0@120,slo1s", synthetic_day, 120, slo_ttft=1.0),
@@ -365,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run keda-sum and the clairvoyant, and judge by issue 36's check (check_failures)",
     )
-    parser.add_argument("--scenarios", choices=["short", "long", "recorded"], default="short")
+    parser.add_argument("--scenarios", choices=["short", "long", "recorded", "bursty"], default="short")
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vllm-autoscaler-matrix")
     parser.add_argument("--jobs", type=int, default=mp.cpu_count())

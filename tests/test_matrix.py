@@ -6,13 +6,17 @@ import csv
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from simulations.matrix import (
+    BURSTY_DAYS,
     SERVEGEN,
     SERVEGEN_DAY_WINDOWS,
+    bursty_day,
     check_failures,
     scenarios,
+    servegen_day,
     servegen_whole_days,
     summary,
     write_report,
@@ -53,7 +57,7 @@ def test_summary_without_a_variant_counts_the_default_alone() -> None:
 
 
 def test_scenario_names_are_unique() -> None:
-    for which in ("short", "long"):
+    for which in ("short", "long", "bursty"):
         names = [s.name for s in scenarios(which)]
         assert len(names) == len(set(names))
 
@@ -70,6 +74,17 @@ def test_the_recorded_set_runs_every_servegen_day_without_a_gap_but_the_short_se
     assert set(names) == {f"servegen{day + 1}@{cold}" for day in gapless if day > 1 for cold in (60, 300)}
     assert not set(names) & {s.name for s in scenarios("short")}
     assert {10, 11, 12} <= set(gapless)  # the long set's three consecutive days
+
+
+def test_a_bursty_day_keeps_its_servegen_days_windows_and_bursts_within_them(shared_trace: Path) -> None:
+    assert set(BURSTY_DAYS) <= set(servegen_whole_days())
+    bursty, smooth = bursty_day(BURSTY_DAYS[0]), servegen_day(BURSTY_DAYS[0])
+    hours = [np.bincount((t.arrival_s // 10_800).astype(int), minlength=8)[:8] for t in (bursty, smooth)]
+    assert np.allclose(hours[0], hours[1], rtol=0.1)  # the day's shape, three hours at a time
+    per_minute = [np.bincount((t.arrival_s // 60).astype(int))[:1440] for t in (bursty, smooth)]
+    spread = [float(np.std(counts[1:] / counts[:-1])) for counts in per_minute]
+    assert spread[0] > 1.3 * spread[1]  # and the Azure hour's minute-to-minute bursts inside them
+    assert bursty.builtin_lengths is False
 
 
 def test_the_report_says_what_made_it_and_every_row(tmp_path: Path) -> None:

@@ -1,0 +1,133 @@
+"""Whether a seasonal forecast beats the present: ``python -m simulations.forecast_error`` (from the repository root).
+
+Issue 36 asks for a seasonal term, the demand at the same time yesterday scaled to today's level. It earns its
+place only if it foresees what the present does not. This measures it on a rate-per-window file (by default
+the ServeGen file's 14 days): for each window, three forecasts of the next window's rate,
+
+* ``present``: this window's rate (what ``predictive`` sizes on, less its trend);
+* ``seasonal``: the rate one lag (a day, or a week) before the next window, times the rate of the last
+  ``level`` windows over the same windows one lag before;
+* ``larger``: the larger of the two, so a recurring step is held ahead of time and a new one still seen;
+
+and the headroom each needs to cover the next window in 95 % and 99 % of windows (the quantile of the actual
+rate over the forecast), with the capacity that headroom holds over the whole file, as a multiple of the load
+(``provision``): what a fleet sized by that forecast pays. Windows whose forecasts read a window of no requests
+(a gap in the recording, ``simulations.matrix.servegen_whole_days``), or one under ``GAP`` of the file's median
+rate (the few clients left while the rest were not recorded), are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simulations.results import write_dated
+
+SERVEGEN = Path(__file__).resolve().parent.parent.parent / "shared" / "traces" / "servegen_m-mid_rate_600s.csv"
+QUANTILES = (0.95, 0.99)
+FORECASTS = ("present", "seasonal", "larger")
+GAP = 0.05  # of the median rate: ServeGen's gaps record 9 to 15 requests/s of a load of about 1,800
+
+
+@dataclass(frozen=True)
+class Cover:
+    """What one forecast needs to cover the next window at one quantile."""
+
+    headroom: float  # the multiplier on the forecast, less one
+    provision: float  # the capacity it holds over the file, as a multiple of the load
+
+
+def forecasts(rates: np.ndarray, lag: int, level: int) -> dict[str, np.ndarray] | None:
+    """The next window's rate and each forecast of it, for every window ``t`` whose forecasts read no gap;
+    ``None`` where the file is too short for one."""
+    least = GAP * float(np.median(rates))
+    rows: list[tuple[float, float, float]] = []
+    for t in range(lag + level, len(rates) - 1):
+        now, before = rates[t - level : t + 2], rates[t - lag - level : t - lag + 2]
+        if (now < least).any() or (before < least).any():
+            continue
+        scale = now[:level].sum() / before[:level].sum()
+        rows.append((rates[t + 1], rates[t], rates[t - lag + 1] * scale))
+    if not rows:
+        return None
+    actual, present, seasonal = (np.asarray(column) for column in zip(*rows, strict=True))
+    return {"actual": actual, "present": present, "seasonal": seasonal, "larger": np.maximum(present, seasonal)}
+
+
+def cover(actual: np.ndarray, forecast: np.ndarray, quantile: float) -> Cover:
+    """The headroom over ``forecast`` that covers ``actual`` in ``quantile`` of windows, and what it holds."""
+    multiplier = float(np.quantile(actual / forecast, quantile))
+    return Cover(multiplier - 1, multiplier * float(forecast.sum()) / float(actual.sum()))
+
+
+def read_rates(path: Path) -> tuple[np.ndarray, float]:
+    """The rates of a ``window_start_s,rate`` CSV and its window's width in seconds."""
+    table = np.loadtxt(path, delimiter=",", skiprows=1, usecols=(0, 1), ndmin=2)
+    return table[:, 1], float(np.median(np.diff(table[:, 0])))
+
+
+def measure(rates: np.ndarray, width: float, levels: tuple[float, ...]) -> list[str]:
+    """The report's table: a row per lag, level window and quantile; a cell per forecast."""
+    lines = [
+        "| lag | level over | covered | windows | " + " | ".join(FORECASTS) + " |",
+        "|---" * (4 + len(FORECASTS)) + "|",
+    ]
+    for lag_name, lag_seconds in (("a day", 86_400.0), ("a week", 7 * 86_400.0)):
+        for level_seconds in levels:
+            found = forecasts(rates, round(lag_seconds / width), max(1, round(level_seconds / width)))
+            if found is None:
+                continue
+            for quantile in QUANTILES:
+                cells = [cover(found["actual"], found[name], quantile) for name in FORECASTS]
+                best = min(c.provision for c in cells)
+                shown = [
+                    f"{'**' if c.provision == best else ''}{c.headroom:.3f} / {c.provision:.3f}"
+                    f"{'**' if c.provision == best else ''}"
+                    for c in cells
+                ]
+                lines.append(
+                    f"| {lag_name} | {level_seconds / 3600:g} h | {quantile:.0%} | {len(found['actual'])} | "
+                    + " | ".join(shown)
+                    + " |"
+                )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulations.forecast_error", description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=SERVEGEN, help="a rate-per-window CSV (default: ServeGen's)")
+    parser.add_argument(
+        "--level-hours", type=float, nargs="+", default=[0.5, 1.0, 3.0], help="the windows today's level is read over"
+    )
+    parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
+    args = parser.parse_args(argv)
+    try:
+        rates, width = read_rates(args.trace)
+    except (OSError, ValueError) as exc:
+        print(f"error: {args.trace}: {exc}", file=sys.stderr)
+        return 2
+    lines = measure(rates, width, tuple(3600 * h for h in args.level_hours))
+    print("\n".join(lines))
+    if args.report:
+        body = [
+            f"Trace: `{args.trace.name}`, {len(rates)} windows of {width:g} s. Each cell: the headroom the forecast "
+            "needs to cover the next window's rate in that share of windows, then the capacity that headroom "
+            "holds over the trace as a multiple of its load (the cheapest in bold). `present` is this window's "
+            "rate, `seasonal` the rate one lag before the next window scaled by the level, `larger` the larger "
+            "of the two (the module's docstring says how).",
+            "",
+            *lines,
+        ]
+        given = sys.argv[1:] if argv is None else argv
+        command = " ".join(["python -m simulations.forecast_error", *given])
+        written = write_dated(args.report, "forecast-error", "Seasonal forecasts", command, body)
+        print(f"wrote {written}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
