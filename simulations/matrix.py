@@ -17,8 +17,10 @@ fleet that meets the SLO there (``static-best``), each scenario sized and search
   recorded traffic only, a day at a time. Days with gaps in the recording are left out
   (``servegen_whole_days``): 7 of the 12, 14 scenarios.
 * ``bursty``: four of those days with the Azure hour's minute-to-minute bursts inside their windows and its
-  requests' lengths (``bursty_day``), at 60 and 300 s: 8 scenarios. ServeGen's days are smooth within a
-  window and recorded request traces are not; issue 36 is checked on recorded days of request traces.
+  requests' lengths (``bursty_day``), and a whole day whose rate follows a daily cosine, peak to trough 4:1,
+  with the same bursts (``diurnal_bursty_day``), each at 60 and 300 s: 10 scenarios. ServeGen's days are
+  smooth within a window, and its service's day is nearly flat; recorded request traces are neither, and
+  issue 36 is checked on recorded days of request traces.
 
 The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
 ``--cache`` (they do not depend on the variant); delete it when the simulator, the sizing or the default
@@ -136,6 +138,18 @@ def bursty_day(day: int) -> Trace:
     return _rate_trace(f"bursty_day{day + 1}.csv", rows, SERVEGEN_RATE_SCALE, azure)
 
 
+def diurnal_bursty_day(mean_rps: float = 3.0) -> Trace:
+    """A whole day (not compressed) whose rate follows a daily cosine, peak to trough 4:1, peak at 15:00,
+    at ``mean_rps`` on average, with the Azure hour's minute bursts and request lengths, as ``bursty_day``."""
+    azure = load_trace(TRACES / AZURE)
+    profile = minute_profile(azure)
+    rows = ["window_start_s,rate_rps"]
+    for minute in range(1440):
+        shape = 1.0 + 0.6 * np.cos(2 * np.pi * (minute / 1440 - 15 / 24))
+        rows.append(f"{minute * 60},{mean_rps * shape * profile[minute % len(profile)]}")
+    return _rate_trace("diurnal_bursty_day.csv", rows, lengths=azure)
+
+
 def _ramp() -> Trace:
     """An hour at 1 request/s, a rise to 8 over 30 minutes, an hour and a half at 8."""
     rows = ["window_start_s,rate_rps"]
@@ -154,11 +168,12 @@ def scenarios(which: str) -> list[Scenario]:
             for cold in (60, 300)
         ]
     if which == "bursty":
-        return [
+        days = [
             Scenario(f"bursty{day + 1}@{cold}", partial(bursty_day, day), cold)
             for day in BURSTY_DAYS
             for cold in (60, 300)
         ]
+        return days + [Scenario(f"diurnal@{cold}", diurnal_bursty_day, cold) for cold in (60, 300)]
     if which == "long":
         return [
             Scenario("two-days@300", partial(synthetic_day, 3, 5.8, 48.0, 12), 300),

@@ -15,6 +15,7 @@ from simulations.matrix import (
     SERVEGEN_DAY_WINDOWS,
     bursty_day,
     check_failures,
+    diurnal_bursty_day,
     scenarios,
     servegen_day,
     servegen_whole_days,
@@ -85,6 +86,15 @@ def test_a_bursty_day_keeps_its_servegen_days_windows_and_bursts_within_them(sha
     spread = [float(np.std(counts[1:] / counts[:-1])) for counts in per_minute]
     assert spread[0] > 1.3 * spread[1]  # and the Azure hour's minute-to-minute bursts inside them
     assert bursty.builtin_lengths is False
+
+
+def test_the_diurnal_day_runs_a_whole_day_four_to_one_with_bursts(shared_trace: Path) -> None:
+    day = diurnal_bursty_day()
+    assert 23.9 < day.arrival_s[-1] / 3600 <= 24
+    hours = np.bincount((day.arrival_s // 3600).astype(int), minlength=24)[:24]
+    assert int(np.argmax(hours)) in (14, 15) and int(np.argmin(hours)) in (2, 3)
+    assert 3.0 < hours.max() / hours.min() < 5.0
+    assert abs(day.requests / 86_400 - 3.0) < 0.3
 
 
 def test_the_report_says_what_made_it_and_every_row(tmp_path: Path) -> None:
