@@ -425,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=mp.cpu_count())
     parser.add_argument("--out", type=Path, help="the rows as JSON")
     parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
+    parser.add_argument(
+        "--label", default="", help="the report's name after its set's (matrix-SET-LABEL), so variants do not overwrite"
+    )
     args = parser.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     chosen = [s for s in scenarios(args.scenarios) if args.only in s.name]
@@ -510,7 +513,8 @@ def write_report(
         lines.append(f"| {row['scenario']} | {static} | " + " | ".join(cells) + " |")
     lines += ["", f"Summary: `{json.dumps(summary(rows, targets))}`"]
     command = " ".join(["python -m simulations.matrix", *argv])
-    return write_dated(folder, f"matrix-{args.scenarios}", "The policy matrix", command, lines)
+    name = f"matrix-{args.scenarios}" + (f"-{args.label}" if args.label else "")
+    return write_dated(folder, name, "The policy matrix", command, lines)
 
 
 if __name__ == "__main__":

@@ -102,10 +102,12 @@ def test_the_report_says_what_made_it_and_every_row(tmp_path: Path) -> None:
     import datetime
 
     rows = [_row("a", 10, (80.0, 0.995)), _row("d", None, (80.0, 0.98))]
-    args = argparse.Namespace(scenarios="short", only="", cache=tmp_path)
+    args = argparse.Namespace(scenarios="short", only="", cache=tmp_path, label="")
     argv = ["--set", "headroom=0.5", "--report", str(tmp_path)]
     path = write_report(tmp_path, rows, {"a": 0.99, "d": 0.99}, {"policy": {"headroom": 0.5}}, args, argv)
     assert path.name == f"{datetime.date.today().isoformat()}-matrix-short.md"
+    labelled = argparse.Namespace(**{**vars(args), "label": "half"})
+    assert write_report(tmp_path, rows, {"a": 0.99, "d": 0.99}, {}, labelled, argv).name.endswith("-short-half.md")
     text = path.read_text()
     assert f"Written by `python -m simulations.matrix --set headroom=0.5 --report {tmp_path}` (vllm-autoscaler " in text
     assert "\nMachine: " in text
