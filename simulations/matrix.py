@@ -10,7 +10,8 @@ fleet that meets the SLO there (``static-best``), each scenario sized and search
 * ``short`` (the default set): the built-in generator's seeds 0-9 at cold starts of 60, 120 and 300 s; the
   Azure conversation hour at 60 to 600 s; the ServeGen file's first two days (10-minute windows, about 3
   requests/s) at 60 and 300 s; the built-in day at a 99.9 % target, with a 1 s SLO and with a 1 s cold
-  start; a 3-hour ramp: 42 scenarios.
+  start; a 3-hour ramp; a flat hour (constant-rate Poisson arrivals, the Azure hour's lengths) at 60 and
+  300 s: 44 scenarios.
 * ``long``: a two-day trace (1 million requests), a sparse week (0.3 requests/s) and the ServeGen file's
   three consecutive days with no gap in the recording (days 11 to 13, 1.4 million requests), at 300 s.
 * ``recorded``: the ServeGen file's other days, each at 60 and 300 s, as the short set runs its first two:
@@ -150,6 +151,13 @@ def diurnal_bursty_day(mean_rps: float = 3.0) -> Trace:
     return _rate_trace("diurnal_bursty_day.csv", rows, lengths=azure)
 
 
+def flat_hour(rate: float = 5.0) -> Trace:
+    """An hour of Poisson arrivals at a constant ``rate``, with the Azure hour's request lengths: the load
+    where nothing can be saved, on which issue 36 allows 5 % over the fixed fleet."""
+    rows = ["window_start_s,rate_rps", *(f"{minute * 60},{rate}" for minute in range(60))]
+    return _rate_trace("flat_hour.csv", rows, lengths=load_trace(TRACES / AZURE))
+
+
 def _ramp() -> Trace:
     """An hour at 1 request/s, a rise to 8 over 30 minutes, an hour and a half at 8."""
     rows = ["window_start_s,rate_rps"]
@@ -195,6 +203,7 @@ def scenarios(which: str) -> list[Scenario]:
         Scenario("day0@120,slo1s", synthetic_day, 120, slo_ttft=1.0),
         Scenario("day0@1", synthetic_day, 1),
         Scenario("ramp@300", _ramp, 300),
+        *(Scenario(f"flat@{cold}", flat_hour, cold) for cold in (60, 300)),
     ]
     return found
 

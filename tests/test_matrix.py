@@ -16,6 +16,7 @@ from simulations.matrix import (
     bursty_day,
     check_failures,
     diurnal_bursty_day,
+    flat_hour,
     scenarios,
     servegen_day,
     servegen_whole_days,
@@ -95,6 +96,14 @@ def test_the_diurnal_day_runs_a_whole_day_four_to_one_with_bursts(shared_trace: 
     assert int(np.argmax(hours)) in (14, 15) and int(np.argmin(hours)) in (2, 3)
     assert 3.0 < hours.max() / hours.min() < 5.0
     assert abs(day.requests / 86_400 - 3.0) < 0.3
+
+
+def test_the_flat_hour_holds_its_rate_minute_after_minute(shared_trace: Path) -> None:
+    hour = flat_hour(5.0)
+    minutes = np.bincount((hour.arrival_s // 60).astype(int))[:59]
+    assert abs(minutes.mean() / 60 - 5.0) < 0.2
+    assert minutes.std() < 2 * np.sqrt(minutes.mean())  # Poisson's spread, no bursts
+    assert {"flat@60", "flat@300"} <= {s.name for s in scenarios("short")}
 
 
 def test_the_report_says_what_made_it_and_every_row(tmp_path: Path) -> None:
