@@ -19,7 +19,9 @@ rate (the few clients left while the rest were not recorded), are left out.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +68,15 @@ def cover(actual: np.ndarray, forecast: np.ndarray, quantile: float) -> Cover:
 
 def read_rates(path: Path) -> tuple[np.ndarray, float]:
     """The rates of a ``window_start_s,rate`` CSV and its window's width in seconds."""
-    table = np.loadtxt(path, delimiter=",", skiprows=1, usecols=(0, 1), ndmin=2)
-    return table[:, 1], float(np.median(np.diff(table[:, 0])))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an empty file is said below, as one line
+        table = np.loadtxt(path, delimiter=",", skiprows=1, usecols=(0, 1), ndmin=2)
+    if len(table) < 2:
+        raise ValueError("needs two windows or more")
+    width = float(np.median(np.diff(table[:, 0])))
+    if not width > 0:
+        raise ValueError("its window starts must rise")
+    return table[:, 1], width
 
 
 def measure(rates: np.ndarray, width: float, levels: tuple[float, ...]) -> list[str]:
@@ -97,11 +106,21 @@ def measure(rates: np.ndarray, width: float, levels: tuple[float, ...]) -> list[
     return lines
 
 
+def _hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of hours above 0")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulations.forecast_error", description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=SERVEGEN, help="a rate-per-window CSV (default: ServeGen's)")
     parser.add_argument(
-        "--level-hours", type=float, nargs="+", default=[0.5, 1.0, 3.0], help="the windows today's level is read over"
+        "--level-hours", type=_hours, nargs="+", default=[0.5, 1.0, 3.0], help="the windows today's level is read over"
     )
     parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
     args = parser.parse_args(argv)

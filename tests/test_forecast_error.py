@@ -69,5 +69,10 @@ def test_the_command_writes_a_dated_report(tmp_path: Path, capsys: pytest.Captur
     text = report.read_text()
     assert "python -m simulations.forecast_error --trace" in text and "Machine:" in text
     assert text.count("| a day |") == 6
-    assert main(["--trace", str(tmp_path / "missing.csv")]) == 2
-    assert "missing.csv" in capsys.readouterr().err
+    capsys.readouterr()
+    (tmp_path / "one.csv").write_text("window_start_s,rate\n0,1\n")
+    (tmp_path / "words.csv").write_text("window_start_s,rate\nnoon,1\n")
+    for name in ("missing.csv", "one.csv", "words.csv"):
+        assert main(["--trace", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and name in err and err.count("\n") == 1
