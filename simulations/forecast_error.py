@@ -111,8 +111,8 @@ def _hours(text: str) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of hours above 0")
+    if not (math.isfinite(value) and value > 0):  # inf hours is no window to read a level over
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of hours above 0")
     return value
 
 

@@ -76,3 +76,8 @@ def test_the_command_writes_a_dated_report(tmp_path: Path, capsys: pytest.Captur
         assert main(["--trace", str(tmp_path / name)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and name in err and err.count("\n") == 1
+    for hours in ("0", "-1", "inf", "nan", "noon"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--trace", str(trace), "--level-hours", hours])
+        assert exit_.value.code == 2
+        assert "expected a finite number of hours above 0" in capsys.readouterr().err
