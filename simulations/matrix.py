@@ -121,34 +121,32 @@ def minute_profile(trace: Trace) -> np.ndarray:
     return np.asarray(counts / float(counts.mean()))
 
 
-def bursty_day(day: int) -> Trace:
-    """ServeGen's day ``day`` (zero-based) with the Azure conversation hour's bursts: each minute's rate is
-    its 10-minute window's times that minute's multiplier in the Azure hour (``minute_profile``, repeated
-    hour after hour), and requests draw the Azure hour's prompt and output lengths. ServeGen records a rate
-    per 10-minute window, smooth within it; recorded request traces burst from one minute to the next (the
-    Azure hour: a minute's arrivals spread 0.68 to 1.42 times their mean, 5th to 95th percentile)."""
+def _with_azure_bursts(name: str, minute_rates: list[float], rate_scale: float = 1.0) -> Trace:
+    """A trace whose rate each minute is ``minute_rates``' times that minute's multiplier in the Azure
+    conversation hour (``minute_profile``, repeated hour after hour), its requests drawing the Azure hour's
+    prompt and output lengths."""
     azure = load_trace(TRACES / AZURE)
     profile = minute_profile(azure)
-    lines = _servegen_lines()
     rows = ["window_start_s,rate_rps"]
-    for window, line in enumerate(_servegen_windows(lines, day)):
-        rate = float(line.split(",")[1])
-        for minute in range(10):
-            index = window * 10 + minute
-            rows.append(f"{index * 60},{rate * profile[index % len(profile)]}")
-    return _rate_trace(f"bursty_day{day + 1}.csv", rows, SERVEGEN_RATE_SCALE, azure)
+    rows += [f"{minute * 60},{rate * profile[minute % len(profile)]}" for minute, rate in enumerate(minute_rates)]
+    return _rate_trace(name, rows, rate_scale, azure)
+
+
+def bursty_day(day: int) -> Trace:
+    """ServeGen's day ``day`` (zero-based) with the Azure conversation hour's bursts (``_with_azure_bursts``):
+    each minute's rate is its 10-minute window's times that minute's multiplier. ServeGen records a rate per
+    10-minute window, smooth within it; recorded request traces burst from one minute to the next (the Azure
+    hour: a minute's arrivals spread 0.68 to 1.42 times their mean, 5th to 95th percentile)."""
+    windows = [float(line.split(",")[1]) for line in _servegen_windows(_servegen_lines(), day)]
+    minutes = [rate for rate in windows for _ in range(10)]
+    return _with_azure_bursts(f"bursty_day{day + 1}.csv", minutes, SERVEGEN_RATE_SCALE)
 
 
 def diurnal_bursty_day(mean_rps: float = 3.0) -> Trace:
     """A whole day (not compressed) whose rate follows a daily cosine, peak to trough 4:1, peak at 15:00,
-    at ``mean_rps`` on average, with the Azure hour's minute bursts and request lengths, as ``bursty_day``."""
-    azure = load_trace(TRACES / AZURE)
-    profile = minute_profile(azure)
-    rows = ["window_start_s,rate_rps"]
-    for minute in range(1440):
-        shape = 1.0 + 0.6 * np.cos(2 * np.pi * (minute / 1440 - 15 / 24))
-        rows.append(f"{minute * 60},{mean_rps * shape * profile[minute % len(profile)]}")
-    return _rate_trace("diurnal_bursty_day.csv", rows, lengths=azure)
+    at ``mean_rps`` on average, with the Azure hour's minute bursts and request lengths (``_with_azure_bursts``)."""
+    shape = 1.0 + 0.6 * np.cos(2 * np.pi * (np.arange(1440) / 1440 - 15 / 24))
+    return _with_azure_bursts("diurnal_bursty_day.csv", [mean_rps * float(s) for s in shape])
 
 
 def flat_hour(rate: float = 5.0) -> Trace:
