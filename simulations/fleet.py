@@ -181,8 +181,14 @@ class Scrape:
     generation_tokens_total: float
     per_pod_waiting: tuple[float, ...]
     # ``vllm:time_to_first_token_seconds_bucket`` summed over every replica: cumulative counts of first tokens
-    # at or below each of ``TTFT_BUCKETS``, then ``+Inf`` (all of them).
+    # at or below each of ``TTFT_BUCKETS``, then ``+Inf`` (all of them, the histogram's ``_count``); and its ``_sum``.
     ttft_buckets: tuple[float, ...] = ()
+    ttft_sum: float = 0.0
+
+    @property
+    def ttft_count(self) -> float:
+        """The histogram's ``_count``: every first token so far (its ``+Inf`` bucket)."""
+        return self.ttft_buckets[-1] if self.ttft_buckets else 0.0
 
 
 class Fleet:
@@ -221,6 +227,7 @@ class Fleet:
         self.prompt_tokens_total = 0.0
         self.generation_tokens_total = 0.0
         self.ttft_counts = np.zeros(len(TTFT_BUCKETS) + 1)  # first tokens per bucket, not cumulative
+        self.ttft_sum = 0.0  # the histogram's ``_sum``: every time to first token so far, added up
         self.replica_seconds = 0.0
         self.left = 0  # requests finished or dropped: the gateway holds ``next_arrival - left`` open
         self.scrapes: deque[Scrape] = deque()
@@ -489,6 +496,7 @@ class Fleet:
             self.first_token[reqs] = at
             ttft = at - self.arrival[reqs]
             self.ttft_counts += np.bincount(np.searchsorted(TTFT_BUCKETS, ttft), minlength=len(self.ttft_counts))
+            self.ttft_sum += float(ttft.sum())
             self.generation_tokens_total += float(len(done))
             finished[done] = self.r_dec[done] <= 1e-9
         self._decode(end, iterations, ~prefilling, finished)
@@ -525,7 +533,9 @@ class Fleet:
             req = int(self.r_req[i])
             at = max(now + min(finish_frac, 1.0) * dt, start + float(model.idle_prefill_s(self.computed[req])))
             self.first_token[req] = at
-            self.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, at - float(self.arrival[req]))] += 1
+            ttft_one = at - float(self.arrival[req])
+            self.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, ttft_one)] += 1
+            self.ttft_sum += ttft_one
             self.generation_tokens_total += 1.0
             finished[i] = self.r_dec[i] <= 1e-9
         self._decode(end, iterations, ~prefilling, finished)
@@ -587,6 +597,7 @@ class Fleet:
             generation_tokens_total=self.generation_tokens_total,
             per_pod_waiting=waiting,
             ttft_buckets=tuple(np.cumsum(self.ttft_counts).tolist()),
+            ttft_sum=self.ttft_sum,
         )
         self.scrapes.append(scrape)
         self.last_scrape_at = now
@@ -598,14 +609,14 @@ class Fleet:
             return None
         return self.scrapes[-1]
 
-    def _window(self, now: float) -> tuple[Scrape, Scrape] | None:
+    def window(self, now: float) -> tuple[Scrape, Scrape] | None:
         """The first and the last scrape of the last ``RATE_WINDOW_S``, what ``rate(...[1m])`` reads."""
         window = [s for s in self.scrapes if now - RATE_WINDOW_S <= s.at <= now]
         return (window[0], window[-1]) if len(window) >= 2 else None
 
     def rate(self, attr: str, now: float) -> float | None:
         """``rate(counter[1m])`` from the scrapes of the last minute."""
-        if (ends := self._window(now)) is None:
+        if (ends := self.window(now)) is None:
             return None
         first, last = ends
         return float(getattr(last, attr) - getattr(first, attr)) / (last.at - first.at)
@@ -613,7 +624,7 @@ class Fleet:
     def ttft_quantile(self, q: float, now: float) -> float | None:
         """``histogram_quantile(q, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))``: NaN where
         no first token came in the window, as Prometheus gives."""
-        if (ends := self._window(now)) is None:
+        if (ends := self.window(now)) is None:
             return None
         first, last = ends
         edges = (*TTFT_BUCKETS, math.inf)

@@ -94,8 +94,8 @@ def test_a_prompt_longer_than_the_slo_alone_on_an_idle_replica_meets_it() -> Non
 
 def test_the_replicas_expose_vllms_ttft_histogram() -> None:
     """Each scrape holds ``vllm:time_to_first_token_seconds_bucket`` over vLLM's own edges: every first token
-    so far, counted at or below each edge; the TTFT p90 is Prometheus's quantile of its last minute's increase,
-    NaN once a minute passes without a first token."""
+    so far, counted at or below each edge, and the histogram's ``_sum``; the TTFT p90 is Prometheus's quantile
+    of its last minute's increase, NaN once a minute passes without a first token."""
     from policies.histogram import TTFT_BUCKETS, histogram_quantile
 
     fleet = Fleet(ReplicaModel(), poisson_trace(0.8, 400, 1500, 50), 2)
@@ -110,6 +110,7 @@ def test_the_replicas_expose_vllms_ttft_histogram() -> None:
     ttft = fleet.first_token - fleet.arrival
     buckets = fleet.latest_scrape(now).ttft_buckets  # type: ignore[union-attr]
     assert buckets == (*(float(np.count_nonzero(ttft <= edge)) for edge in TTFT_BUCKETS), 400.0)
+    assert fleet.latest_scrape(now).ttft_sum == pytest.approx(float(ttft.sum()))  # type: ignore[union-attr]
     middle = [q for t, q in seen if 120 < t < fleet.trace.arrival_s[-1]]
     # A steady load: the minute's quantiles, read from buckets 2.5 s apart there, about the run's own p90.
     exact = float(np.quantile(ttft, 0.9))
