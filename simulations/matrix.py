@@ -64,6 +64,7 @@ AZURE = "azure_llm_2023_conv.csv"
 BURSTY_DAYS = (2, 6, 10, 12)  # ServeGen's days 3, 7, 11 and 13 (zero-based), whole ones of the recorded set
 SERVEGEN_RATE_SCALE = 4 / 1790  # its first day's mean to about 3 requests/s
 SERVEGEN_DAY_WINDOWS = 144
+CACHE = Path(tempfile.gettempdir()) / "vllm-autoscaler-matrix"
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ class Baseline:
     clairvoyant_slo: float | None = None
 
 
-def _model(scenario: Scenario) -> ReplicaModel:
+def scenario_model(scenario: Scenario) -> ReplicaModel:
     return parse_overrides([f"cold_start_s={scenario.cold_start_s}"])
 
 
@@ -262,18 +263,29 @@ def _check_baselines(baseline: Baseline, scenario: Scenario, trace: Trace, model
 _JOBS: list[tuple[Scenario, dict[str, Any], Path]] = []  # set before the workers fork: scenarios hold closures
 
 
+def _cached_path(scenario: Scenario, cache: Path) -> Path:
+    return cache / f"{hashlib.sha256(scenario.name.encode()).hexdigest()[:16]}.json"
+
+
+def cached_baseline(scenario: Scenario, trace: Trace, model: ReplicaModel, cache: Path) -> Baseline:
+    """The scenario's built-in document, fixed fleet and default run, read from ``cache`` where a run left
+    them, else computed and left there."""
+    cached = _cached_path(scenario, cache)
+    if cached.exists():
+        return Baseline(**json.loads(cached.read_text()))
+    cache.mkdir(parents=True, exist_ok=True)
+    baseline = _baseline(scenario, trace, model)
+    cached.write_text(json.dumps(asdict(baseline)))
+    return baseline
+
+
 def _one(index: int) -> dict[str, Any]:
     scenario, settings, cache = _JOBS[index]
     started = time.monotonic()
     trace = scenario.trace()
-    model = _model(scenario)
-    key = hashlib.sha256(scenario.name.encode()).hexdigest()[:16]
-    cached = cache / f"{key}.json"
-    if cached.exists():
-        baseline = Baseline(**json.loads(cached.read_text()))
-    else:
-        baseline = _baseline(scenario, trace, model)
-        cached.write_text(json.dumps(asdict(baseline)))
+    model = scenario_model(scenario)
+    baseline = cached_baseline(scenario, trace, model, cache)
+    cached = _cached_path(scenario, cache)
     if settings.get("check") and baseline.clairvoyant_gpu_hours is None:
         baseline = _check_baselines(baseline, scenario, trace, model)
         cached.write_text(json.dumps(asdict(baseline)))
@@ -428,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--scenarios", choices=["short", "long", "recorded", "bursty"], default="short")
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
-    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vllm-autoscaler-matrix")
+    parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--jobs", type=int, default=mp.cpu_count())
     parser.add_argument("--out", type=Path, help="the rows as JSON")
     parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
