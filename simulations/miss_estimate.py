@@ -1,0 +1,194 @@
+"""Whether a fleet's SLO misses can be counted from what vLLM exports: ``python -m simulations.miss_estimate``
+(from the repository root).
+
+Issue 36 asks the policy to spend the SLO's error budget on purpose, which needs the misses counted as the SLO
+judges them: time to first token beyond the request's own prefill. The TTFT histogram's buckets cannot (its
+quantiles read the long prompts' own prefill as misses; docs/findings.md, "A capacity learned from the TTFT
+histogram"); its ``_sum`` and ``_count`` with the prompt-token counter give each minute's mean beyond prefill,
+and ``policies.error_budget.miss_share`` turns that into a share of the minute's first tokens.
+
+Each case runs the built-in workload on a matrix scenario (sized and started as ``simulations.matrix`` does,
+from its ``--cache``) with a lowered headroom, so that minutes of every load occur. At the end of every minute
+the estimate is read from the scrapes of that minute, as a policy would read it, and set beside the requests
+whose first token came between the same two scrapes, judged as ``simulate`` judges them. The idle prefill
+speed is the replica model's (``ReplicaModel.idle_prefill_s`` of one token). The cases' first group is the
+one the estimate's two constants were chosen on, the second one it was not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from policies.error_budget import mean_beyond_prefill, miss_share
+from policies.policy_file import parse_policy_document
+from simulations.contenders import policy_contender, policy_variant
+from simulations.fleet import Fleet
+from simulations.matrix import CACHE, Scenario, cached_baseline, scenario_model, scenarios
+from simulations.replica_model import ReplicaModel
+from simulations.results import write_dated
+from simulations.runner import run, slo_met
+from simulations.traces import Trace
+
+CHOSEN_ON = (  # (matrix set, scenario, headroom): a low headroom, so that the minutes span light to overloaded
+    ("short", "day0@300", 0.2),
+    ("short", "day0@120,slo1s", 0.2),
+    ("short", "azure@300", 0.0),
+    ("short", "flat@300", 0.0),
+    ("recorded", "servegen11@300", 0.2),
+    ("bursty", "diurnal@300", 0.2),
+)
+"""The runs ``policies.error_budget.miss_share``'s shape and scale were chosen on."""
+HELD_OUT = (
+    ("short", "day5@120", 0.2),
+    ("short", "azure@60", 0.0),
+    ("recorded", "servegen3@60", 0.0),
+    ("bursty", "bursty3@300", 0.2),
+)
+"""Runs it was not chosen on."""
+BINS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0)  # seconds of mean beyond prefill, the table's rows' upper edges
+
+
+@dataclass(frozen=True)
+class Minute:
+    """One minute between two scrapes: the estimate a policy reads, and what the SLO judged."""
+
+    mean_beyond: float
+    estimated_misses: float
+    first_tokens: int
+    misses: int
+
+
+Counters = tuple[float, float, float, float, float]
+"""A minute's first and last scrape times, and the increases of the TTFT histogram's sum and count and of the
+prompt-token counter between them."""
+
+
+def minute_counters(fleet: Fleet, now: float) -> Counters | None:
+    """The counters of the minute that ends at ``now``, as ``rate(...[1m])`` reads them; ``None`` before two
+    scrapes."""
+    if (pair := fleet.window(now)) is None:
+        return None
+    first, last = pair
+    return (
+        first.at,
+        last.at,
+        last.ttft_sum - first.ttft_sum,
+        last.ttft_count - first.ttft_count,
+        last.prompt_tokens_total - first.prompt_tokens_total,
+    )
+
+
+def read_minutes(
+    fleet: Fleet, counted: list[Counters], slo_ttft: float, prefill_tokens_per_second: float
+) -> list[Minute]:
+    """For each minute of ``counted``, the estimate from the counters' increases, and the judged misses among
+    the first tokens between its two scrapes (the same requests the increases count)."""
+    met = slo_met(fleet, slo_ttft)
+    minutes = []
+    for start, end, ttft, count, prompt in counted:
+        mean = mean_beyond_prefill(ttft, count, prompt, prefill_tokens_per_second)
+        if mean is None:
+            continue
+        inside = (fleet.first_token > start) & (fleet.first_token <= end)
+        minutes.append(Minute(mean, count * miss_share(mean, slo_ttft), int(inside.sum()), int((~met[inside]).sum())))
+    return minutes
+
+
+def measure(
+    trace: Trace, model: ReplicaModel, raw_document: dict[str, Any], initial: int, slo_ttft: float, headroom: float
+) -> tuple[list[Minute], float]:
+    """Run the document's workload at ``headroom`` and read every minute's estimate; also the run's attainment."""
+    document = parse_policy_document(raw_document, "<miss-estimate>")
+    workload = document.workloads[0]
+    doc, variant = policy_variant(document, workload, {**dict(workload.policy), "headroom": headroom})
+    contender = policy_contender(doc, variant, model)
+    signals = contender.signals
+    assert signals is not None
+    counted: list[Counters] = []
+    fleets: list[Fleet] = []
+
+    def reading(fleet: Fleet, now: float) -> dict[str, float | None]:
+        if not fleets:
+            fleets.append(fleet)
+        if now % 60 == 0 and (minute := minute_counters(fleet, now)) is not None:
+            counted.append(minute)
+        return signals(fleet, now)
+
+    result = run(trace, model, replace(contender, signals=reading), initial, slo_ttft, timeline=False)
+    speed = 1.0 / float(model.idle_prefill_s(np.array([1.0]))[0])
+    return read_minutes(fleets[0], counted, slo_ttft, speed), result.slo_attainment
+
+
+def table(minutes: list[Minute]) -> list[str]:
+    """The minutes by their estimated mean beyond prefill: the share of first tokens that missed, judged and
+    estimated."""
+    lines = ["| mean beyond prefill (s) | minutes | first tokens | missed | estimated |", "|---|---|---|---|---|"]
+    edges = (-np.inf, *BINS, np.inf)
+    for low, high in itertools.pairwise(edges):
+        inside = [m for m in minutes if low < m.mean_beyond <= high]
+        tokens = sum(m.first_tokens for m in inside)
+        if not tokens:
+            continue
+        label = f"up to {high:g}" if low == -np.inf else (f"over {low:g}" if high == np.inf else f"{low:g} to {high:g}")
+        missed = sum(m.misses for m in inside) / tokens
+        estimated = sum(m.estimated_misses for m in inside) / tokens
+        lines.append(f"| {label} | {len(inside)} | {tokens:,} | {missed:.2%} | {estimated:.2%} |")
+    return lines
+
+
+def _scenario(which: str, name: str) -> Scenario:
+    return next(s for s in scenarios(which) if s.name == name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulations.miss_estimate", description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=CACHE, help="the matrix's cache of sized scenarios")
+    parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
+    args = parser.parse_args(argv)
+    body: list[str] = []
+    for which, name, headroom in (*CHOSEN_ON, *HELD_OUT):
+        scenario = _scenario(which, name)
+        trace, model = scenario.trace(), scenario_model(scenario)
+        baseline = cached_baseline(scenario, trace, model, args.cache)
+        minutes, attainment = measure(trace, model, baseline.document, baseline.initial, scenario.slo_ttft, headroom)
+        judged = sum(m.misses for m in minutes)
+        estimated = sum(m.estimated_misses for m in minutes)
+        tokens = sum(m.first_tokens for m in minutes)
+        if (which, name, headroom) == HELD_OUT[0]:
+            body += ["Held out: runs the estimate's constants were not chosen on.", ""]
+        body += [
+            f"**{name}**, headroom {headroom:g} (SLO {scenario.slo_ttft:g} s): {tokens:,} first tokens, "
+            f"{judged:,} judged misses, {estimated:,.0f} estimated (attainment {attainment:.4f}).",
+            "",
+            *table(minutes),
+            "",
+        ]
+        print("\n".join(body[-(len(table(minutes)) + 3) :]), flush=True)
+    if args.report:
+        given = sys.argv[1:] if argv is None else argv
+        command = " ".join(["python -m simulations.miss_estimate", *given])
+        intro = [
+            "Each case: the built-in workload's `predictive` at the headroom given, on a matrix scenario. A row "
+            "gathers the minutes whose estimated mean time to first token beyond own prefill falls in its range; "
+            "`missed` is the share of their first tokens the SLO judged late, `estimated` what "
+            "`policies.error_budget.miss_share` made of each minute's histogram sum and count (the module's "
+            "docstring says how). A minute counts the first tokens between its first and last scrape, 45 s of it "
+            "at the replicas' 15 s scrape interval, as `rate(...[1m])` does; so the first tokens are about three "
+            "quarters of the run's requests.",
+            "",
+        ]
+        title = "SLO misses counted from the histogram"
+        written = write_dated(args.report, "miss-estimate", title, command, [*intro, *body])
+        print(f"wrote {written}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
