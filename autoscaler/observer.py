@@ -25,7 +25,7 @@ from autoscaler.metrics.queries import (
 from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
 from policies.activation import replica_activity
 from policies.base import no_requests
-from policies.metric_names import ACTIVITY_METRICS, TTFT_SLO
+from policies.metric_names import ACTIVITY_METRICS
 from policies.policy_file import PolicyFile, Workload
 
 log = get_logger("autoscaler.observer")
@@ -53,9 +53,9 @@ class Observer:
         self.activations = {w.key: w.activation.query for w in document.workloads if w.activation is not None}
         for key in self.activations:
             self.batched[key] = list(dict.fromkeys([*self.batched[key], *ACTIVITY_METRICS]))
-        self.learning = {w.key for w in document.workloads if w.learns_capacity}
-        for key in self.learning:
-            self.batched[key] = list(dict.fromkeys([*self.batched[key], TTFT_SLO]))
+        self.extras = {w.key: w.extra_signals for w in document.workloads if w.extra_signals}
+        for key, extra in self.extras.items():
+            self.batched[key] = list(dict.fromkeys([*self.batched[key], *extra]))
         namespaces: dict[str, list[str]] = {}
         for workload in document.workloads:
             for name in self.batched[workload.key]:
@@ -107,9 +107,9 @@ class Observer:
                         detail=result.detail,
                         query=self.queries[key][metric.name],
                     )
-            if key in self.learning:  # no value only pauses the learning: no failure, no warning
-                batch = batch_key(TTFT_SLO)
-                values[TTFT_SLO] = self._from_batch(workload, TTFT_SLO, vectors[batch], by_pod[batch]).value
+            for name in self.extras.get(key, ()):  # no value only pauses what it feeds: no failure, no warning
+                batch = batch_key(name)
+                values[name] = self._from_batch(workload, name, vectors[batch], by_pod[batch]).value
             observed[key] = WorkloadMetrics(values, failures)
             if key in self.activations:
                 observed[key] = self._with_activation(workload, observed[key], custom, vectors, by_pod)

@@ -14,7 +14,6 @@ from autoscaler.metrics.queries import (
     spec_replicas_query,
 )
 from autoscaler.metrics.source import Failure, MetricSource
-from policies.metric_names import TTFT_SLO
 from policies.policy_file import PolicyFile, Workload
 from simulations.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS, write_rows
 
@@ -31,14 +30,14 @@ class RecordOutcome:
 
 def series_queries(workload: Workload) -> dict[str, str]:
     """The PromQL of every series a workload is decided from, by its recorded-metrics name: its metrics, the
-    count asked for (``replicas``: replay decides from it) and the ready count, and what its capacity is
-    learned by and its activation read, where it has them. ``record`` writes them; a starting daemon replays
-    them (``autoscaler.warm_up``)."""
+    count asked for (``replicas``: replay decides from it) and the ready count, what its policy reads beyond
+    its metrics (``Workload.extra_signals``) and its activation, where it has them. ``record`` writes them; a
+    starting daemon replays them (``autoscaler.warm_up``)."""
     wanted = dict(metric_queries(workload))
     wanted[REPLICAS] = spec_replicas_query(workload)
     wanted[READY_REPLICAS] = replicas_query(workload)
-    if workload.learns_capacity:
-        wanted[TTFT_SLO] = default_query(TTFT_SLO, workload) or ""
+    for name in workload.extra_signals:
+        wanted[name] = default_query(name, workload) or ""
     if workload.activation is not None:
         wanted[ACTIVATION] = workload.activation.query
         wanted[ACTIVITY] = activity_query(workload)

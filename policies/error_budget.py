@@ -15,11 +15,17 @@ traces at SLOs of 1 and 2 s, where it put each run's misses within 0 to 18 % abo
 checked on four runs it was not chosen on (``python -m simulations.miss_estimate``, docs/findings.md
 "Counting the misses from the histogram's sum"). A minute whose mean is a tenth of a 2 s SLO misses about
 1 %, one whose mean is 1.2 times the SLO half.
+
+``BudgetLedger`` adds them up over a window (a day by default), so that ``predictive`` with
+``learnedHeadroom.budget`` can hand back, as the budget burns, the headroom it learned to do without
+(``returned``).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
+from dataclasses import dataclass, field
 
 
 def mean_beyond_prefill(
@@ -48,3 +54,41 @@ def miss_share(mean_beyond: float, slo_seconds: float) -> float:
     x: float = max(0.0, mean_beyond) ** SHAPE
     half: float = (SCALE * slo_seconds) ** SHAPE  # the mean's power at which half miss
     return x / (x + half)
+
+
+USED_FROM = 0.5  # of the budget: below it, the learned headroom is left as it is
+USED_TO = 1.0  # at the whole budget, the headroom is the configured one
+
+
+@dataclass
+class BudgetLedger:
+    """The first tokens and the estimated misses of the last ``window`` seconds, tick by tick."""
+
+    window: float
+    entries: deque[tuple[float, float, float]] = field(default_factory=deque)  # (when, first tokens, misses)
+    first_tokens: float = 0.0
+    misses: float = 0.0
+
+    def record(self, now: float, first_tokens: float, misses: float) -> None:
+        self.entries.append((now, first_tokens, misses))
+        self.first_tokens += first_tokens
+        self.misses += misses
+        while self.entries and self.entries[0][0] <= now - self.window:
+            _, tokens, missed = self.entries.popleft()
+            self.first_tokens -= tokens
+            self.misses -= missed
+
+    @property
+    def last(self) -> float | None:
+        return self.entries[-1][0] if self.entries else None
+
+    def used(self, target: float) -> float:
+        """The share of the window's budget (``1 - target`` of its first tokens, at least one request) spent."""
+        return max(self.misses, 0.0) / max((1.0 - target) * self.first_tokens, 1.0)
+
+
+def returned(used: float) -> float:
+    """How far a learned headroom goes back to the configured one, 0 to 1, as the budget is ``used``: not at
+    all under half of it, all the way at the whole of it. Measured: docs/findings.md, "The learned headroom,
+    returned to the default as the counted budget burns"."""
+    return min(max((used - USED_FROM) / (USED_TO - USED_FROM), 0.0), 1.0)

@@ -14,6 +14,13 @@ TTFT_SLO = "time_to_first_token_slo_seconds"
 a metric a file scales on, but what ``predictive`` learns a replica's capacity by (``policies.capacity``), read
 for a workload with a ``capacity`` block that learns."""
 
+TTFT_SECONDS_RATE = "time_to_first_token_seconds_per_second"
+FIRST_TOKENS_RATE = "first_tokens_per_second"
+BUDGET_SIGNALS = (TTFT_SECONDS_RATE, FIRST_TOKENS_RATE, "prompt_tokens_per_second")
+"""What the error budget is counted from (``policies.error_budget``): the rates of the TTFT histogram's ``_sum`` and
+``_count`` over the last minute, and the prompt tokens'; not metrics a file scales on, but read for a workload
+whose ``predictive`` policy has a ``learnedHeadroom.budget``."""
+
 BUILTIN_METRIC_NAMES = (
     "num_requests_waiting",
     "num_requests_running",

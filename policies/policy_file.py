@@ -27,7 +27,7 @@ from pydantic import (
 from policies import registry
 from policies.base import Policy, WorkloadContext
 from policies.behavior import BehaviorState
-from policies.metric_names import BUILTIN_METRIC_NAMES
+from policies.metric_names import BUDGET_SIGNALS, BUILTIN_METRIC_NAMES, TTFT_SLO
 from policies.pipeline import WorkloadDecider
 from policies.spec import (
     DURATION_SCHEMA,
@@ -141,6 +141,8 @@ class Workload(StrictModel):
             self.__dict__["policy"] = {"type": "predictive"}  # the slo form's policy: it forecasts the flows
         if not self.metrics and self.capacity is not None:
             self.__dict__["metrics"] = capacity_metrics(self.capacity)
+        if self.spends_budget and self.slo is None:
+            raise ValueError("policy.learnedHeadroom.budget: needs the workload's slo, whose misses it counts")
         return self
 
     @model_serializer(mode="wrap")
@@ -156,6 +158,23 @@ class Workload(StrictModel):
         the slo's target (``metric_names.TTFT_SLO``)."""
         learning = self.capacity is not None and self.capacity.learn and self.slo is not None
         return learning and self.policy_type == "predictive"
+
+    @property
+    def spends_budget(self) -> bool:
+        """``predictive`` hands back its learned headroom as the slo's error budget burns
+        (``learnedHeadroom.budget``), and so reads what the budget is counted from (``metric_names.BUDGET_SIGNALS``)."""
+        learned = self.policy.get("learnedHeadroom")
+        return self.policy_type == "predictive" and isinstance(learned, dict) and learned.get("budget") is not None
+
+    @property
+    def extra_signals(self) -> tuple[str, ...]:
+        """What the policy reads beyond its metrics: the TTFT quantile a learned capacity is judged by, the
+        histogram rates the error budget is counted from (those its metrics do not already read)."""
+        names = {m.name for m in self.metrics}
+        extra = [TTFT_SLO] if self.learns_capacity else []
+        if self.spends_budget:
+            extra += [name for name in BUDGET_SIGNALS if name not in names]
+        return tuple(extra)
 
     @property
     def needs_capacity(self) -> bool:

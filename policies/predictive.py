@@ -39,7 +39,10 @@ fleet sizes tells the gain.
 
 With a ``learnedHeadroom`` block the headroom is blended with one learned from the demand's own rises within a
 horizon (``RiseHistory``, ``blended_headroom``): recorded days whose load rises slowly need far less than
-the default, a day of rare surges more; off by default (docs/findings.md, "One trace is one sample").
+the default, a day of rare surges more; off by default (docs/findings.md, "One trace is one sample"). With
+its ``budget``, what it learned to do without is handed back as the slo's error budget burns, counted from
+vLLM's TTFT histogram (``policies.error_budget``): a surge after calm hours spends budget once, and the next
+meets the configured headroom.
 
 Measured on recorded traces (docs/simulation.md): minute-level LLM load mostly wanders and steps, so
 the SLO is decided by headroom, and a trend is worth extrapolating only on sustained ramps.
@@ -56,7 +59,8 @@ from pydantic import Field, model_validator
 
 from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics, usable
 from policies.capacity import CapacityLearner
-from policies.metric_names import TTFT_SLO
+from policies.error_budget import BudgetLedger, mean_beyond_prefill, miss_share, returned
+from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, TTFT_SLO
 from policies.replica_calculator import demand_in_replicas
 from policies.rise_history import RiseHistory
 from policies.spec import Seconds, StrictModel
@@ -87,15 +91,32 @@ class PoolingParams(StrictModel):
     replicas: float = Field(default=1.0, ge=1, description="the fleet size the targets were measured on")
 
 
+class ErrorBudgetParams(StrictModel):
+    """The learned headroom handed back as the slo's error budget burns (``policies.error_budget``)."""
+
+    prefill_tokens_per_second: float = Field(
+        alias="prefillTokensPerSecond",
+        gt=0,
+        description="an idle replica's prefill speed: a request's own prefill is its prompt over it",
+    )
+    window_seconds: Seconds = Field(
+        default=86_400.0, alias="windowSeconds", gt=0, description="how long a miss counts against the budget"
+    )
+
+
 class LearnedHeadroomParams(StrictModel):
     """The headroom blended with the one the demand's own rises call for (``RiseHistory``); off unless given
-    (docs/findings.md, "One trace is one sample")."""
+    (docs/findings.md, "One trace is one sample"). With ``budget``, handed back to the configured headroom as
+    the slo's error budget burns."""
 
     prior_seconds: Seconds = Field(
         default=43_200.0, alias="priorSeconds", gt=0, description="how much history the configured headroom weighs as"
     )
     memory_seconds: Seconds = Field(
         default=86_400.0, alias="memorySeconds", gt=0, description="how long a rise is remembered"
+    )
+    budget: ErrorBudgetParams | None = Field(
+        default=None, description="hand the learned headroom back as the slo's error budget burns; needs an slo"
     )
 
 
@@ -241,6 +262,7 @@ class PredictiveState:
     trend: TrendState = field(default_factory=TrendState)
     rises: RiseHistory | None = None
     capacity: CapacityLearner = field(default_factory=CapacityLearner)
+    budget: BudgetLedger | None = None
 
 
 def _rise(samples: list[tuple[float, float]], shrink: float = 0.0) -> float:
@@ -288,7 +310,17 @@ class PredictivePolicy:
         prior = self.prior_headroom
         if self.params.learned_headroom is None or self.state.rises is None or prior <= 0:
             return prior
-        return self.blended_headroom(prior)
+        blended = self.blended_headroom(prior)
+        return blended + max(prior - blended, 0.0) * self.budget_returned
+
+    @property
+    def budget_returned(self) -> float:
+        """How far the learned headroom is handed back to the configured one (``error_budget.returned``); 0
+        without a ``budget`` or an slo."""
+        learned = self.params.learned_headroom
+        if learned is None or learned.budget is None or self.state.budget is None or self.ctx.slo is None:
+            return 0.0
+        return returned(self.state.budget.used(self.ctx.slo.target))
 
     @property
     def prior_headroom(self) -> float:
@@ -327,6 +359,8 @@ class PredictivePolicy:
         }
         if self.params.learned_headroom is not None:
             settings["blendedHeadroom"] = round(self.headroom, 4)  # as the history stands now
+        if self.state.budget is not None and self.ctx.slo is not None:
+            settings["budgetUsed"] = round(self.state.budget.used(self.ctx.slo.target), 4)
         if self.learns:
             settings["capacityFactor"] = round(self.state.capacity.factor, 4)  # as learned so far
         return settings
@@ -336,7 +370,10 @@ class PredictivePolicy:
         """How much of the past this policy's state is built from, what a starting daemon replays into it
         (``autoscaler.warm_up``): the trend's window, and with ``learnedHeadroom`` the rises' memory."""
         learned = self.params.learned_headroom
-        return max(self.trend_window, learned.memory_seconds if learned is not None else 0.0)
+        if learned is None:
+            return self.trend_window
+        budget = learned.budget.window_seconds if learned.budget is not None else 0.0
+        return max(self.trend_window, learned.memory_seconds, budget)
 
     @property
     def learns(self) -> bool:
@@ -362,6 +399,28 @@ class PredictivePolicy:
             steady=ready is not None and ready >= observation.current_replicas,
         )
         return self.state.capacity.factor
+
+    def _count_budget(self, observation: Observation, budget: ErrorBudgetParams, details: dict[str, object]) -> None:
+        """Add this tick's first tokens and estimated misses to the ledger: the last minute's rates over the time
+        since the last tick (at most four intervals: a gap is not a minute's rate held for an hour)."""
+        ledger = self.state.budget
+        if ledger is None or ledger.window != budget.window_seconds:
+            self.state.budget = ledger = BudgetLedger(budget.window_seconds)
+        slo = self.ctx.slo
+        firsts = observation.value(FIRST_TOKENS_RATE)
+        mean = mean_beyond_prefill(
+            observation.value(TTFT_SECONDS_RATE),
+            firsts,
+            observation.value(PROMPT_TOKENS),
+            budget.prefill_tokens_per_second,
+        )
+        last = ledger.last
+        if slo is None or mean is None or firsts is None or (last is not None and observation.now <= last):
+            return
+        elapsed = self.ctx.interval if last is None else min(observation.now - last, 4 * self.ctx.interval)
+        tokens = firsts * elapsed
+        ledger.record(observation.now, tokens, tokens * miss_share(mean, slo.ttft_seconds))
+        details["budget_used"] = round(ledger.used(slo.target), 4)
 
     @property
     def horizon(self) -> float:
@@ -391,6 +450,8 @@ class PredictivePolicy:
             if rises is None or not rises.fits(self.horizon, learned.memory_seconds):
                 self.state.rises = rises = RiseHistory(self.horizon, learned.memory_seconds)
             rises.update(demand, observation.now)
+            if learned.budget is not None:
+                self._count_budget(observation, learned.budget, details)
         growth = min(self.state.trend.growth(self.horizon, self.trend_window), self.params.trend.max_growth * demand)
         forecast = demand + growth
         headroom = self.headroom

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TextIO
 
 from policies.base import Observation
-from policies.metric_names import TTFT_SLO
 from policies.policy_file import Workload
 
 HEADER = ["timestamp", "workload", "metric", "value"]
@@ -144,7 +143,7 @@ def recorded_observation(workload: Workload, values: Mapping[str, float], now: f
     """One tick's observation of ``workload`` from the series recorded for it at that tick (by their
     recorded-metrics names), with ``current`` as the count asked for: what ``replay`` decides from and what a
     starting daemon passes its policy (``autoscaler.warm_up``)."""
-    names = [m.name for m in workload.metrics] + ([TTFT_SLO] if workload.learns_capacity else [])
+    names = [m.name for m in workload.metrics] + list(workload.extra_signals)
     ready = values.get(READY_REPLICAS)
     return Observation(
         now,

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from policies.metric_names import TTFT_SLO
 from policies.pipeline import Decision
 from policies.policy_file import PolicyFile
 from simulations.recorded import (
@@ -44,7 +43,7 @@ def check_names(policy: PolicyFile, ticks: list[Tick], label: str) -> None:
         w.key: {m.name for m in w.metrics}
         | {REPLICAS, READY_REPLICAS}
         | ({ACTIVATION, ACTIVITY} if w.activation else set())
-        | ({TTFT_SLO} if w.learns_capacity else set())
+        | set(w.extra_signals)
         for w in policy.workloads
     }
     for tick in ticks:

@@ -7,7 +7,15 @@ import math
 from collections.abc import Callable
 
 from policies.activation import replica_activity
-from policies.metric_names import ACTIVITY_METRICS, KV_CACHE_ALIASES, TTFT_P90, TTFT_SLO, described
+from policies.metric_names import (
+    ACTIVITY_METRICS,
+    FIRST_TOKENS_RATE,
+    KV_CACHE_ALIASES,
+    TTFT_P90,
+    TTFT_SECONDS_RATE,
+    TTFT_SLO,
+    described,
+)
 from simulations.fleet import Fleet, Scrape
 
 Signals = Callable[[Fleet, float], dict[str, float | None]]
@@ -48,6 +56,10 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
         return lambda f, now: f.rate("prompt_tokens_total", now)
     if name == "generation_tokens_per_second":
         return lambda f, now: f.rate("generation_tokens_total", now)
+    if name == TTFT_SECONDS_RATE:
+        return lambda f, now: f.rate("ttft_sum", now)
+    if name == FIRST_TOKENS_RATE:
+        return lambda f, now: f.rate("ttft_count", now)
     return None
 
 

@@ -43,13 +43,35 @@ def test_a_workload_that_learns_its_capacity_sees_the_ttft_quantile_at_its_slo()
     changes = {"slo": {"ttftSeconds": 2, "target": 0.95}, "capacity": capacity, "metrics": []}
     learning_doc, learning = workload_variant(document, document.workloads[0], changes)
     assert learning.learns_capacity
-    trace = Trace("two", np.array([0.0, 1.0]), np.array([100, 100]), np.array([1, 1]))
-    fleet = Fleet(model, trace, 2)
-    now = 0.0
-    while now < 40:
-        fleet.step(now)
-        now += model.step_s
+    fleet, now = _two_requests_served(model)
     signals = policy_contender(learning_doc, learning, model).signals(fleet, now)  # type: ignore[misc]
     assert signals[TTFT_SLO] == fleet.ttft_quantile(0.95, now) and signals[TTFT_SLO] > 0
     keda = keda_contender(learning_doc, learning, model, average=False)
     assert [m.name for m in keda.decider.ctx.metrics] == ["waiting", "kv"]  # type: ignore[union-attr]
+
+
+def test_a_workload_that_spends_its_budget_sees_the_histograms_sum_and_count_rates() -> None:
+    """What the daemon's batched queries read, from the simulated replicas' scrapes: the rates of the TTFT
+    histogram's sum and count over the last minute."""
+    from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
+    from simulations.contenders import policy_contender, workload_variant
+
+    model = ReplicaModel()
+    document = builtin_policy()
+    budget = {"priorSeconds": 1200, "memorySeconds": 3600, "budget": {"prefillTokensPerSecond": 976.6}}
+    changes = {"slo": {"ttftSeconds": 2, "target": 0.99}, "policy": {"type": "predictive", "learnedHeadroom": budget}}
+    spending_doc, spending = workload_variant(document, document.workloads[0], changes)
+    fleet, now = _two_requests_served(model)
+    signals = policy_contender(spending_doc, spending, model).signals(fleet, now)  # type: ignore[misc]
+    assert signals[FIRST_TOKENS_RATE] == fleet.rate("ttft_count", now) and signals[FIRST_TOKENS_RATE] > 0
+    assert signals[TTFT_SECONDS_RATE] == fleet.rate("ttft_sum", now) and signals[TTFT_SECONDS_RATE] > 0
+
+
+def _two_requests_served(model: ReplicaModel) -> tuple[Fleet, float]:
+    """Two short requests on two replicas, 40 s on: a first token each in the replicas' histograms."""
+    fleet = Fleet(model, Trace("two", np.array([0.0, 1.0]), np.array([100, 100]), np.array([1, 1])), 2)
+    now = 0.0
+    while now < 40:
+        fleet.step(now)
+        now += model.step_s
+    return fleet, now

@@ -1,4 +1,5 @@
-"""Counting SLO misses from the TTFT histogram's sum and count (``policies/error_budget.py``)."""
+"""Counting SLO misses from the TTFT histogram's sum and count (``policies/error_budget.py``), and the learned
+headroom handed back as they spend the budget (``learnedHeadroom.budget``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import math
 
 import pytest
 
-from policies.error_budget import SCALE, mean_beyond_prefill, miss_share
+from policies.base import Observation
+from policies.error_budget import SCALE, BudgetLedger, mean_beyond_prefill, miss_share, returned
+from policies.metric_names import BUDGET_SIGNALS, FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
+from policies.policy_file import PolicyFileError, parse_policy_document
+from tests.helpers import workload_doc
 
 
 @pytest.mark.parametrize(
@@ -46,3 +51,62 @@ def test_the_miss_share_rises_with_the_mean_and_falls_with_the_slo() -> None:
     assert shares == sorted(shares) and shares[0] > 0.0 and shares[-1] < 1.0
     assert 0.005 < miss_share(0.2, 2.0) < 0.02  # a tenth of the SLO: about 1 %
     assert miss_share(0.2, 1.0) > miss_share(0.2, 2.0)
+
+
+def test_the_ledger_keeps_one_window_of_first_tokens_and_misses() -> None:
+    ledger = BudgetLedger(window=60.0)
+    for now, tokens, misses in ((0.0, 100.0, 0.0), (30.0, 100.0, 2.0), (60.0, 100.0, 1.0)):
+        ledger.record(now, tokens, misses)
+    assert (ledger.first_tokens, ledger.misses, ledger.last) == (200.0, 3.0, 60.0)  # the first has left
+    assert ledger.used(0.99) == pytest.approx(3.0 / 2.0)
+    assert BudgetLedger(window=60.0).used(0.99) == 0.0  # nothing seen, nothing spent
+    ledger.record(61.0, 0.0, 0.5)
+    assert ledger.used(0.99) == pytest.approx(3.5 / 2.0)
+
+
+@pytest.mark.parametrize(("used", "back"), [(0.0, 0.0), (0.5, 0.0), (0.75, 0.5), (1.0, 1.0), (3.0, 1.0)])
+def test_the_headroom_goes_back_from_half_the_budget_to_the_whole(used: float, back: float) -> None:
+    assert returned(used) == pytest.approx(back)
+
+
+BUDGET = {
+    "type": "predictive",
+    "learnedHeadroom": {"priorSeconds": 60, "memorySeconds": 3_600, "budget": {"prefillTokensPerSecond": 1000}},
+}
+
+
+def _headroom_after(mean_beyond: float, ticks: int = 240) -> tuple[float, float]:
+    """A flat load of 20 replicas' prompt tokens for an hour whose first tokens come ``mean_beyond`` seconds
+    after their own prefill: the headroom it holds then, and the budget used."""
+    slo = {"ttftSeconds": 2, "target": 0.99}
+    metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 100}}]
+    document = parse_policy_document(workload_doc(maxReplicas=100, policy=BUDGET, slo=slo, metrics=metrics))
+    decider = document.decider(document.workloads[0])
+    firsts, prompt = 4.0, 2000.0  # a second's first tokens, each of 500 tokens: 0.5 s of own prefill
+    for i in range(ticks):
+        signals = {
+            "prompt_tokens_per_second": prompt,
+            FIRST_TOKENS_RATE: firsts,
+            TTFT_SECONDS_RATE: firsts * (0.5 + mean_beyond),
+        }
+        decider.applied(decider.decide(Observation(i * 15.0, 20, signals, ready_replicas=20)))
+    policy = decider.policy
+    return policy.headroom, policy.state.budget.used(0.99)  # type: ignore[attr-defined]
+
+
+def test_a_healthy_budget_keeps_the_learned_headroom_and_a_burnt_one_hands_it_back() -> None:
+    """A flat load learns a headroom near 0 from its rises; while its first tokens come at their own prefill
+    the budget is untouched and the policy keeps it; at a mean of 1.2 times the SLO half of them miss, fifty
+    times the budget, and the headroom is the configured 0.6 again."""
+    healthy, used = _headroom_after(0.0)
+    assert used == 0.0 and healthy < 0.05
+    burnt, used = _headroom_after(2.4)
+    assert used == pytest.approx(50.0, rel=0.01) and burnt == pytest.approx(0.6)
+
+
+def test_a_budget_needs_the_workloads_slo() -> None:
+    with pytest.raises(PolicyFileError, match=r"policy.learnedHeadroom.budget: needs the workload's slo"):
+        parse_policy_document(workload_doc(policy=BUDGET))
+    slo = {"ttftSeconds": 2, "target": 0.99}
+    workload = parse_policy_document(workload_doc(policy=BUDGET, slo=slo)).workloads[0]
+    assert workload.spends_budget and workload.extra_signals == BUDGET_SIGNALS  # none is among its metrics

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pytest
+
 from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, VectorResult
 from autoscaler.record import series_queries
 from autoscaler.warm_up import MAX_POINTS, history_seconds, warm_up
 from policies.base import Observation
+from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
 from policies.policy_file import Workload, parse_policy_document
 from policies.predictive import PredictivePolicy
 from simulations.recorded import READY_REPLICAS, REPLICAS
@@ -106,3 +109,29 @@ def test_a_policy_that_keeps_no_history_reads_none() -> None:
     assert history_seconds(decider.policy) == 0
     assert warm_up(workload, decider.policy, source, WALL, TO_NOW, 15.0).samples == 0
     assert source.asked == []
+
+
+def test_a_budget_reads_its_window_of_the_histograms_sum_and_count_back() -> None:
+    """A restart does not forget the misses that spent the day's budget: the TTFT histogram's rates are read
+    back with the rest, and the ledger holds the same day as before."""
+    budget = {"priorSeconds": 1200, "memorySeconds": 3600, "budget": {"prefillTokensPerSecond": 1000}}
+    metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}}]
+    slo = {"ttftSeconds": 2, "target": 0.99}
+    document = workload_doc(
+        metrics=metrics, maxReplicas=40, slo=slo, policy={"type": "predictive", "learnedHeadroom": budget}
+    )
+    workload = parse_policy_document(document).workloads[0]
+    policy = parse_policy_document(document).decider(workload).policy
+    assert isinstance(policy, PredictivePolicy) and history_seconds(policy) == 86_400
+    series = {
+        "prompt_tokens_per_second": lambda t: 3000,  # 6 first tokens a second of 500 tokens: 0.5 s own prefill
+        FIRST_TOKENS_RATE: lambda t: 6.0,
+        TTFT_SECONDS_RATE: lambda t: 6.0 * (0.5 + 2.4),  # 2.4 s beyond: half of them miss
+        REPLICAS: lambda t: 8,
+    }
+    source = RangeSource(workload, series)
+    outcome = warm_up(workload, policy, source, WALL, TO_NOW, 15.0)
+    assert outcome.failed == [] and {FIRST_TOKENS_RATE, TTFT_SECONDS_RATE} <= {name for name, *_ in source.asked}
+    ledger = policy.state.budget
+    assert ledger is not None and ledger.first_tokens > 0.95 * 6.0 * 86_400
+    assert ledger.used(0.99) == pytest.approx(50.0, rel=0.01) and policy.headroom == pytest.approx(0.6)

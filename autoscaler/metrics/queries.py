@@ -6,7 +6,15 @@ import math
 import re
 
 from policies.histogram import histogram_quantile
-from policies.metric_names import ACTIVITY_METRICS, BUILTIN_METRIC_NAMES, TTFT_P90, TTFT_SLO, canonical
+from policies.metric_names import (
+    ACTIVITY_METRICS,
+    BUILTIN_METRIC_NAMES,
+    FIRST_TOKENS_RATE,
+    TTFT_P90,
+    TTFT_SECONDS_RATE,
+    TTFT_SLO,
+    canonical,
+)
 from policies.policy_file import Workload
 
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
@@ -41,6 +49,8 @@ _SERIES = {
     "time_to_first_token_p90_seconds": ("sum", "rate(vllm:time_to_first_token_seconds_bucket{S}[1m])"),
     "prompt_tokens_per_second": ("sum", "rate(vllm:prompt_tokens_total{S}[1m])"),
     "generation_tokens_per_second": ("sum", "rate(vllm:generation_tokens_total{S}[1m])"),
+    TTFT_SECONDS_RATE: ("sum", "rate(vllm:time_to_first_token_seconds_sum{S}[1m])"),
+    FIRST_TOKENS_RATE: ("sum", "rate(vllm:time_to_first_token_seconds_count{S}[1m])"),
 }
 
 

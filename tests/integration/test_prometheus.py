@@ -274,6 +274,17 @@ def test_batched_queries_equal_each_workloads_default_query(
                     le=bound,
                     **labels,
                 )
+            # The histogram's count is its +Inf bucket; its sum, 0.4 s a first token.
+            exporter.set(
+                "vllm:time_to_first_token_seconds_count",
+                lambda rate=rate: rate / 50 * (time.time() - started),
+                **labels,
+            )
+            exporter.set(
+                "vllm:time_to_first_token_seconds_sum",
+                lambda rate=rate: 0.4 * rate / 50 * (time.time() - started),
+                **labels,
+            )
         workloads.append(
             {
                 "target": {"namespace": namespace, "name": name},
@@ -324,6 +335,29 @@ def test_batched_queries_equal_each_workloads_default_query(
         assert "histogram_quantile(0.95," in (default_query(TTFT_SLO, workload) or "")
         expected = source.query_one(default_query(TTFT_SLO, workload) or "", now).value
         assert expected is not None and collected[workload.key].values[TTFT_SLO] == pytest.approx(expected, rel=1e-9)
+    # A workload whose learned headroom the error budget hands back reads the histogram's sum and count, batched
+    # too: two requests more in all; its prompt tokens are among its metrics already.
+    from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
+
+    budget = {"learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000}}}
+    spending = [
+        {**w, "capacity": {**w["capacity"], "learn": False}, "policy": {"type": "predictive", **budget}}
+        for w in learning
+    ]
+    document = parse_policy_document({"prometheus": {"url": prometheus.url}, "workloads": spending})
+    observer = Observer(document, source)
+    assert (
+        observer.requests_per_tick() == 6
+    )  # prompt tokens, running, waiting, the histogram's sum and count, freshness
+    now = time.time()
+    collected = observer.collect(now)
+    for workload in document.workloads:
+        values = collected[workload.key].values
+        for name in (FIRST_TOKENS_RATE, TTFT_SECONDS_RATE):
+            expected = source.query_one(default_query(name, workload) or "", now).value
+            assert expected is not None and values[name] == pytest.approx(expected, rel=1e-9)
+        # The mean time to first token, whatever part of the minute the young series fill: 0.4 s.
+        assert values[TTFT_SECONDS_RATE] / values[FIRST_TOKENS_RATE] == pytest.approx(0.4, rel=1e-6)  # type: ignore[operator]
 
 
 def test_a_frozen_exporters_old_samples_are_stale(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
