@@ -308,6 +308,9 @@ def _one(index: int) -> dict[str, Any]:
     raw = copy.deepcopy(baseline.document)
     if "behavior" in settings:
         raw["workloads"][0]["behavior"] = settings["behavior"]
+    # The SLO the scenario is judged by, which a variant may decide by (``learnedHeadroom.budget``); the default
+    # reads none of it, so its cached run stands.
+    raw["workloads"][0].setdefault("slo", {"ttftSeconds": scenario.slo_ttft, "target": scenario.slo_target})
     document = parse_policy_document(raw, "<matrix>")
     workload = document.workloads[0]
     variant_doc, variant = policy_variant(document, workload, {**dict(workload.policy), **settings.get("policy", {})})
