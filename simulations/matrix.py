@@ -74,6 +74,7 @@ class Scenario:
     cold_start_s: float
     slo_ttft: float = 2.0
     slo_target: float = 0.99
+    replica: tuple[str, ...] = ()  # ``KEY=VALUE`` overrides of the replica model, as ``simulate --replica``
 
 
 def _rate_trace(name: str, lines: list[str], rate_scale: float = 1.0, lengths: Trace | None = None) -> Trace:
@@ -224,7 +225,7 @@ class Baseline:
 
 
 def scenario_model(scenario: Scenario) -> ReplicaModel:
-    return parse_overrides([f"cold_start_s={scenario.cold_start_s}"])
+    return parse_overrides([*scenario.replica, f"cold_start_s={scenario.cold_start_s}"])
 
 
 def _baseline(scenario: Scenario, trace: Trace, model: ReplicaModel) -> Baseline:
@@ -264,7 +265,8 @@ _JOBS: list[tuple[Scenario, dict[str, Any], Path]] = []  # set before the worker
 
 
 def _cached_path(scenario: Scenario, cache: Path) -> Path:
-    return cache / f"{hashlib.sha256(scenario.name.encode()).hexdigest()[:16]}.json"
+    key = scenario.name + "".join(f"|{override}" for override in scenario.replica)
+    return cache / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 def cached_baseline(scenario: Scenario, trace: Trace, model: ReplicaModel, cache: Path) -> Baseline:
@@ -443,6 +445,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--scenarios", choices=["short", "long", "recorded", "bursty"], default="short")
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
+    parser.add_argument(
+        "--replica",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a replica model parameter for every scenario, as simulate --replica (sized and cached apart)",
+    )
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--jobs", type=int, default=mp.cpu_count())
     parser.add_argument("--out", type=Path, help="the rows as JSON")
@@ -451,8 +460,13 @@ def main(argv: list[str] | None = None) -> int:
         "--label", default="", help="the report's name after its set's (matrix-SET-LABEL), so variants do not overwrite"
     )
     args = parser.parse_args(argv)
+    try:
+        parse_overrides(args.replica)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     args.cache.mkdir(parents=True, exist_ok=True)
-    chosen = [s for s in scenarios(args.scenarios) if args.only in s.name]
+    chosen = [replace(s, replica=tuple(args.replica)) for s in scenarios(args.scenarios) if args.only in s.name]
     settings: dict[str, Any] = {"policy": dict(args.settings)} if args.settings else {}
     if args.behavior is not None:
         settings["behavior"] = args.behavior
@@ -502,7 +516,10 @@ def write_report(
     judged = [p for p in ("default", "variant") if p in shown] if checked else []
     extra = ["keda-sum", "clairvoyant"] if checked else []
     lines = [
-        f"Scenarios: `{args.scenarios}`" + (f", only `{args.only}`" if args.only else "") + f"; {variant}. "
+        f"Scenarios: `{args.scenarios}`"
+        + (f", only `{args.only}`" if args.only else "")
+        + (f", the replica with `{' '.join(args.replica)}`" if args.replica else "")
+        + f"; {variant}. "
         "Each cell: GPU-hours, SLO attainment and the verdict against the fixed fleet (win: meets it for less; "
         "dear: meets it for more; miss). The fixed fleets' searches and the default's runs were computed, or read from "
         f"`--cache` ({args.cache}) where a run had left them (delete it when the simulator changes).",

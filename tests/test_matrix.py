@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def test_the_report_says_what_made_it_and_every_row(tmp_path: Path) -> None:
     import datetime
 
     rows = [_row("a", 10, (80.0, 0.995)), _row("d", None, (80.0, 0.98))]
-    args = argparse.Namespace(scenarios="short", only="", cache=tmp_path, label="")
+    args = argparse.Namespace(scenarios="short", only="", cache=tmp_path, label="", replica=[])
     argv = ["--set", "headroom=0.5", "--report", str(tmp_path)]
     path = write_report(tmp_path, rows, {"a": 0.99, "d": 0.99}, {"policy": {"headroom": 0.5}}, args, argv)
     assert path.name == f"{datetime.date.today().isoformat()}-matrix-short.md"
@@ -171,3 +172,27 @@ def test_the_summary_counts_the_check() -> None:
         {**_checked((85.0, 0.995), (70.0, 0.95), 60.0), "scenario": "y"},
     ]
     assert summary(rows, {"x": 0.99, "y": 0.99})["default_check"] == {"pass": 1, "fail": 1}
+
+
+def test_a_replica_override_sizes_and_caches_each_scenario_apart(tmp_path: Path) -> None:
+    """``--replica`` changes every scenario's replica model, as ``simulate --replica`` does; its runs are cached
+    apart from the default replica's, and the report says which replica it ran."""
+    import argparse
+
+    from simulations.matrix import _cached_path, scenario_model
+
+    plain = next(s for s in scenarios("short") if s.name == "flat@60")
+    fast = replace(plain, replica=("prefill_tokens_per_s=2500",))
+    assert scenario_model(fast).prefill_tokens_per_s == 2500 and scenario_model(fast).cold_start_s == 60
+    assert scenario_model(plain).prefill_tokens_per_s != 2500
+    assert _cached_path(fast, tmp_path) != _cached_path(plain, tmp_path)
+    args = argparse.Namespace(scenarios="short", only="flat", cache=tmp_path, label="fast", replica=list(fast.replica))
+    path = write_report(tmp_path, [_row("a", 10, (80.0, 0.995))], {"a": 0.99}, {}, args, [])
+    assert "the replica with `prefill_tokens_per_s=2500`" in path.read_text()
+
+
+def test_a_bad_replica_override_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulations.matrix import main
+
+    assert main(["--replica", "warp_factor=9", "--only", "nothing"]) == 2
+    assert capsys.readouterr().err.startswith("error: --replica 'warp_factor=9': expected KEY=VALUE with KEY one of")
