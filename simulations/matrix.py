@@ -23,6 +23,9 @@ fleet that meets the SLO there (``static-best``), each scenario sized and search
   smooth within a window, and its service's day is nearly flat; recorded request traces are neither, and
   issue 36 is checked on recorded days of request traces.
 
+``--replica KEY=VALUE`` runs every scenario of the set on another replica model (``simulate --replica``'s keys),
+sized and cached apart.
+
 The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
 ``--cache`` (they do not depend on the variant); delete it when the simulator, the sizing or the default
 changes. Scenarios run one per core.
