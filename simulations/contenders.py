@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.metric_names import TTFT_SLO
 from policies.policy_file import PolicyFile, Workload, parse_policy_document
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender
@@ -53,8 +52,7 @@ def policy_contender(
     decider = document.decider(workload)
     decider.set_cold_start(model.cold_start_s)
     learning = workload.slo.target if workload.learns_capacity and workload.slo is not None else None
-    extra = [name for name in workload.extra_signals if name != TTFT_SLO]  # the quantile comes with ``learning``
-    signals = signals_for([m.name for m in workload.metrics] + extra, learning)
+    signals = signals_for([*(m.name for m in workload.metrics), *workload.extra_signals], learning)
     zero = gateway_activation if workload.activation is not None else None
     return Contender(name or workload.policy_type, float(document.interval), decider, signals, tuned=tuned, zero=zero)
 

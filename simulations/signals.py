@@ -64,13 +64,11 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
 
 
 def signals_for(names: list[str], slo_quantile: float | None = None) -> Signals:
-    """The built-in metrics ``names``; with ``slo_quantile``, also the TTFT quantile at the SLO's target that a
-    learned capacity reads (``TTFT_SLO``)."""
+    """The built-in metrics ``names``, and what a policy reads beyond its metrics (``Workload.extra_signals``):
+    ``TTFT_SLO`` is the TTFT quantile at ``slo_quantile``, the SLO's target, that a learned capacity reads."""
     getters = {}
-    if slo_quantile is not None:
-        getters[TTFT_SLO] = _quantile(slo_quantile)
     for name in names:
-        getter = builtin_signal(name)
+        getter = _quantile(slo_quantile) if name == TTFT_SLO and slo_quantile is not None else builtin_signal(name)
         if getter is None:
             raise ValueError(
                 f"the simulator cannot provide metric {name!r}: it serves the built-in names {described()}"
