@@ -314,13 +314,20 @@ class PredictivePolicy:
         return blended + max(prior - blended, 0.0) * self.budget_returned
 
     @property
+    def budget_used(self) -> float | None:
+        """The share of the slo's error budget spent over the ledger's window; None without a ``budget`` (a
+        reload that removed it leaves the ledger behind, unread) or an slo."""
+        learned = self.params.learned_headroom
+        if learned is None or learned.budget is None or self.state.budget is None or self.ctx.slo is None:
+            return None
+        return self.state.budget.used(self.ctx.slo.target)
+
+    @property
     def budget_returned(self) -> float:
         """How far the learned headroom is handed back to the configured one (``error_budget.returned``); 0
         without a ``budget`` or an slo."""
-        learned = self.params.learned_headroom
-        if learned is None or learned.budget is None or self.state.budget is None or self.ctx.slo is None:
-            return 0.0
-        return returned(self.state.budget.used(self.ctx.slo.target))
+        used = self.budget_used
+        return 0.0 if used is None else returned(used)
 
     @property
     def prior_headroom(self) -> float:
@@ -359,8 +366,8 @@ class PredictivePolicy:
         }
         if self.params.learned_headroom is not None:
             settings["blendedHeadroom"] = round(self.headroom, 4)  # as the history stands now
-        if self.state.budget is not None and self.ctx.slo is not None:
-            settings["budgetUsed"] = round(self.state.budget.used(self.ctx.slo.target), 4)
+        if (used := self.budget_used) is not None:
+            settings["budgetUsed"] = round(used, 4)
         if self.learns:
             settings["capacityFactor"] = round(self.state.capacity.factor, 4)  # as learned so far
         return settings
