@@ -11,7 +11,7 @@ Each case runs the built-in workload on a matrix scenario (sized and started as 
 from its ``--cache``) with a lowered headroom, so that minutes of every load occur. At the end of every minute
 the estimate is read from the scrapes of that minute, as a policy would read it, and set beside the requests
 whose first token came between the same two scrapes, judged as ``simulate`` judges them. The idle prefill
-speed is the replica model's (``ReplicaModel.idle_prefill_s`` of one token). The cases' first group is the
+speed is the replica model's (``ReplicaModel.idle_prefill_tokens_per_s``). The cases' first group is the
 one the estimate's two constants were chosen on, the second one it was not.
 """
 
@@ -122,8 +122,7 @@ def measure(
         return signals(fleet, now)
 
     result = run(trace, model, replace(contender, signals=reading), initial, slo_ttft, timeline=False)
-    speed = 1.0 / float(model.idle_prefill_s(np.array([1.0]))[0])
-    return read_minutes(fleets[0], counted, slo_ttft, speed), result.slo_attainment
+    return read_minutes(fleets[0], counted, slo_ttft, model.idle_prefill_tokens_per_s), result.slo_attainment
 
 
 def table(minutes: list[Minute]) -> list[str]:

@@ -85,6 +85,12 @@ class ReplicaModel(StrictModel):
         ``max_num_seqs``, or as many as its KV cache fits if fewer."""
         return min(float(self.max_num_seqs), self.kv_cache_tokens / max(request_tokens, 1.0))
 
+    @property
+    def idle_prefill_tokens_per_s(self) -> float:
+        """The prompt tokens an idle replica prefills a second (``idle_prefill_s`` of one token, inverted): what
+        ``learnedHeadroom.budget.prefillTokensPerSecond`` tells the policy of this replica."""
+        return 1.0 / float(self.idle_prefill_s(np.array(1.0)))
+
     def idle_prefill_s(self, prompt: np.ndarray) -> np.ndarray:
         """How long an idle replica takes to prefill ``prompt`` tokens: their compute, plus a weight read for
         every ``max_num_batched_tokens`` chunk (chunked prefill). The part of a request's time to first

@@ -48,3 +48,26 @@ def test_a_replica_that_holds_fewer_sequences_is_not_shrunk_twice_for_it(
     document = builtin_policy(ReplicaModel(**replica), trace, share=share, replica_share=replica_share)
     targets = {m.name: m.target.value for m in document.workloads[0].metrics}
     assert targets["num_requests_running"] == pytest.approx(round(running, 2))
+
+
+def test_the_builtin_default_spends_the_slos_error_budget_with_the_replicas_idle_prefill_speed() -> None:
+    from policies.policy_file import parse_policy_document
+    from simulations.builtin import builtin_document, with_error_budget
+
+    model = ReplicaModel(prefill_tokens_per_s=2500)
+    raw = with_error_budget(builtin_document(model), model, 1.5, 0.995)
+    workload = parse_policy_document(raw, "<built-in>").workloads[0]
+    assert workload.slo is not None and (workload.slo.ttft_seconds, workload.slo.target) == (1.5, 0.995)
+    learned = workload.policy["learnedHeadroom"]
+    # 1 / (1/2,500 + (1/20 - 1/2,500) / 2,048): the prompt a second an idle replica prefills, chunks' weight reads in.
+    assert learned == {"priorSeconds": 1200, "memorySeconds": 3600, "budget": {"prefillTokensPerSecond": 2357.3}}
+    assert model.idle_prefill_s(np.array([2357.3])) == pytest.approx([1.0], abs=1e-4)
+    assert with_error_budget(raw, model, 1.5, 0.995) == raw  # what the matrix's cache is refreshed by
+
+
+def test_a_policy_other_than_predictive_keeps_its_block() -> None:
+    from simulations.builtin import builtin_document, with_error_budget
+
+    raw = builtin_document(ReplicaModel())
+    raw["workloads"][0]["policy"] = {"type": "threshold"}
+    assert with_error_budget(raw, ReplicaModel(), 2.0, 0.99) == raw

@@ -75,11 +75,20 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
     gain = data["model"]["builtin_pooling_gain"]
     assert 0.03 < gain < 0.2
     runs = {r["policy"]: r for r in data["results"]}
-    assert runs["predictive"]["settings"] == {
+    settings = runs["predictive"]["settings"]
+    # Where the run ended: the headroom learned over the last hour, and the share of the day's budget spent.
+    blended, used = settings.pop("blendedHeadroom"), settings.pop("budgetUsed")
+    assert 0 <= blended <= 2 * settings["headroom"] and used >= 0
+    assert settings == {
         "type": "predictive",
         "tolerance": 0.1,
         "minRiseReplicas": 0.5,
         "pooling": {"gain": gain, "replicas": 8.0},
+        "learnedHeadroom": {
+            "priorSeconds": 1200.0,
+            "memorySeconds": 3600.0,
+            "budget": {"prefillTokensPerSecond": 976.6, "windowSeconds": 86400.0},
+        },
         "headroom": round(0.6 * (615 / 315) ** 0.5, 4),
         "horizonSeconds": 615.0,
         "trend": {"windowSeconds": 1230.0, "maxGrowth": 0.5},
