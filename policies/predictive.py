@@ -42,7 +42,9 @@ horizon (``RiseHistory``, ``blended_headroom``): recorded days whose load rises 
 the default, a day of rare surges more; off by default (docs/findings.md, "One trace is one sample"). With
 its ``budget``, what it learned to do without is handed back as the slo's error budget burns, counted from
 vLLM's TTFT histogram (``policies.error_budget``): a surge after calm hours spends budget once, and the next
-meets the configured headroom.
+meets the configured headroom. The block needs a replica's idle prefill speed, which no default here knows;
+``simulate`` writes it, with the budget, into the predictive block it sizes for a file given only an slo
+(``simulations.builtin.with_error_budget``).
 
 Measured on recorded traces (docs/simulation.md): minute-level LLM load mostly wanders and steps, so
 the SLO is decided by headroom, and a trend is worth extrapolating only on sustained ramps.

@@ -28,7 +28,8 @@ sized and cached apart.
 
 The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
 ``--cache`` (they do not depend on the variant); delete it when the simulator, the sizing or the default
-changes. Scenarios run one per core.
+changes. A cached document without the built-in's error budget (``builtin.with_error_budget``) gets it, and its
+default run is redone, the rest kept. Scenarios run one per core.
 """
 
 from __future__ import annotations

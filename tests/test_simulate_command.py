@@ -267,6 +267,8 @@ def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_d
     workload = yaml.safe_load(written.read_text())["workloads"][0]
     assert "metrics" not in workload and workload["capacity"]["promptTokensPerSecond"] > 0
     assert workload["policy"]["type"] == "predictive"
+    # The built-in's error budget, counted with the simulated replica's idle prefill speed, goes with it.
+    assert workload["policy"]["learnedHeadroom"]["budget"] == {"prefillTokensPerSecond": 976.6}
     assert (
         parse_policy_document(yaml.safe_load(written.read_text())).workloads[0].metrics[0].target.value
         == (workload["capacity"]["promptTokensPerSecond"])
