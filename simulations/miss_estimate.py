@@ -104,10 +104,13 @@ def read_minutes(
 def measure(
     trace: Trace, model: ReplicaModel, raw_document: dict[str, Any], initial: int, slo_ttft: float, headroom: float
 ) -> tuple[list[Minute], float]:
-    """Run the document's workload at ``headroom`` and read every minute's estimate; also the run's attainment."""
+    """Run the document's workload at ``headroom`` (without a learned one) and read every minute's estimate; also
+    the run's attainment."""
     document = parse_policy_document(raw_document, "<miss-estimate>")
     workload = document.workloads[0]
-    doc, variant = policy_variant(document, workload, {**dict(workload.policy), "headroom": headroom})
+    # The headroom as given, not learned: the built-in's learned one would hold the fleet from the loads to span.
+    fixed = {key: value for key, value in workload.policy.items() if key != "learnedHeadroom"}
+    doc, variant = policy_variant(document, workload, {**fixed, "headroom": headroom})
     contender = policy_contender(doc, variant, model)
     signals = contender.signals
     assert signals is not None
