@@ -14,6 +14,8 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
   activation threshold to the moment the server accepted the wake-up's scale PATCH, over several steps.
 * ``decisions_per_s``: the pure decision pipeline; ``history_entries_after_day``: what one workload's
   behavior history holds after a day of 15 s ticks (bounded by the windows, not by time).
+* ``warm_up_day_s``: the replay of a day of history into the policy a file given only an slo is written with
+  (``bench_warm_up``), what a starting daemon spends per such workload before its first decision.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ import numpy as np
 import requests
 
 from autoscaler.logs import configure
+from autoscaler.metrics.source import QueryResult, RangeSeries, VectorResult
 from autoscaler.testing.kube import KubeServer, rbac_rules
 from autoscaler.testing.servers import Unavailable
 from simulations.results import write_dated
@@ -306,6 +309,53 @@ def bench_pipeline(seed: int) -> dict[str, Any]:
     return results
 
 
+class _DayOfHistory:
+    """A metric source whose every range query answers a day of samples (``bench_warm_up``): positive, varying
+    values, as a loaded workload's series would be."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
+        raise NotImplementedError("a warm-up reads ranges only")
+
+    def query_vector(self, query: str, now: float) -> VectorResult:
+        raise NotImplementedError("a warm-up reads ranges only")
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
+        stamps = np.arange(start, end + step / 2, step)
+        values = 4.0 + self.rng.gamma(4.0, 1.0, size=len(stamps))
+        return RangeSeries([(float(t), float(v)) for t, v in zip(stamps, values, strict=True)])
+
+
+def bench_warm_up(seed: int) -> dict[str, Any]:
+    """``warm_up_day_s``: one workload's warm-up (``autoscaler.warm_up``) of the policy ``simulate --write-config``
+    writes for a file given only an slo: a day of history (its error budget's window) at the 15 s interval,
+    replayed through ``predictive``; Prometheus's answers are stubbed, so it is the daemon's CPU alone. A
+    starting daemon warms each workload before its first decision, so its first tick takes about this much per
+    such workload, besides Prometheus's answers."""
+    from autoscaler.warm_up import warm_up
+    from policies.policy_file import parse_policy_document
+    from simulations.builtin import BUILTIN_LEARNED_HEADROOM
+    from simulations.replica_model import ReplicaModel
+
+    budget = {"prefillTokensPerSecond": round(ReplicaModel().idle_prefill_tokens_per_s, 1)}
+    raw = _policy("http://unused:9090", [("llm", "vllm")])
+    workload = raw["workloads"][0]
+    del workload["metrics"]
+    workload.update(
+        slo={"ttftSeconds": 2, "target": 0.99},
+        capacity={"promptTokensPerSecond": 500, "runningRequests": 11},
+        policy={"type": "predictive", "learnedHeadroom": {**BUILTIN_LEARNED_HEADROOM, "budget": budget}},
+    )
+    document = parse_policy_document(raw)
+    policy = document.decider(document.workloads[0]).policy
+    wall = time.time()
+    started = time.perf_counter()
+    outcome = warm_up(document.workloads[0], policy, _DayOfHistory(seed), wall, 0.0, float(document.interval))
+    return {"warm_up_day_s": round(time.perf_counter() - started, 3), "warm_up_day_samples": outcome.samples}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m autoscaler.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", type=int, default=1000)
@@ -324,6 +374,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if "pipeline" not in args.skip:
             out.update(bench_pipeline(args.seed))
+            out.update(bench_warm_up(args.seed))
         runs: dict[str, Callable[[Path, KubeServer], dict[str, Any]]] = {
             "tick": lambda folder, kube: bench_tick(args.workloads, folder, kube),
             "reaction": lambda folder, kube: bench_reaction(folder, args.trials, args.seed, kube),
