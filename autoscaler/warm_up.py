@@ -39,27 +39,41 @@ def history_seconds(policy: Policy) -> float:
     return float(getattr(policy, "history_seconds", 0.0))
 
 
+def spans(policy: Policy, interval: float) -> list[tuple[float, float, float]]:
+    """The parts of a policy's history to read, oldest first, as ``(seconds back from, seconds back to, step)``:
+    its last ``detail_seconds`` (by default the whole history) a tick an ``interval`` apart, what is older
+    ``coarse_intervals`` ticks apart; each wider where that would pass ``MAX_POINTS``."""
+    seconds = history_seconds(policy)
+    detail = min(float(getattr(policy, "detail_seconds", seconds)), seconds)
+    coarse = int(getattr(policy, "coarse_intervals", 1)) * interval
+    parts = []
+    if seconds > detail:
+        parts.append((seconds, detail, max(coarse, (seconds - detail) / MAX_POINTS)))
+    if detail > 0:
+        parts.append((detail, 0.0, max(interval, detail / MAX_POINTS)))
+    return parts
+
+
 def warm_up(
     workload: Workload, policy: Policy, source: MetricSource, wall: float, to_now: float, interval: float
 ) -> WarmUp:
-    """Pass the workload's last ``history_seconds`` through ``policy.recommend``, a tick an ``interval`` apart
-    (wider where that would pass ``MAX_POINTS``). ``wall`` is the wall clock now and ``to_now`` what turns a
-    wall-clock time into the decision clock. A sample without the count asked for is skipped: it is what a
+    """Pass the workload's last ``history_seconds`` through ``policy.recommend``, a tick an ``interval`` apart,
+    or coarser before its ``detail_seconds`` (``spans``). ``wall`` is the wall clock now and ``to_now`` what turns
+    a wall-clock time into the decision clock. A sample without the count asked for is skipped: it is what a
     policy's demand is measured against."""
-    seconds = history_seconds(policy)
     outcome = WarmUp()
-    if seconds <= 0:
-        return outcome
-    step = max(interval, seconds / MAX_POINTS)
     rows: dict[float, dict[str, float]] = {}
     for name, query in series_queries(workload).items():
-        series = source.query_range(query, wall - seconds, wall - step, step)  # the first tick reads now
-        if series.failure in PROMETHEUS_FAILURES:
-            outcome.failed.append(f"{name}: {series.failure}")
-        if series.failure is not None:  # or no data yet: a new workload has no past
-            continue
-        for stamp, value in series.samples:
-            rows.setdefault(stamp, {})[name] = value
+        failures = []
+        for back_from, back_to, step in spans(policy, interval):
+            # Each part ends a step before the next begins; the first tick reads now.
+            series = source.query_range(query, wall - back_from, wall - back_to - step, step)
+            if series.failure in PROMETHEUS_FAILURES:  # not "no data": a new workload has no past
+                failures.append(series.failure)
+            for stamp, value in series.samples:
+                rows.setdefault(stamp, {})[name] = value
+        if failures:
+            outcome.failed.append(f"{name}: {failures[0]}")
     for stamp in sorted(rows):
         row = rows[stamp]
         if (current := row.get(REPLICAS)) is None:

@@ -74,6 +74,7 @@ DEFAULT_HEADROOM = 0.6
 REFERENCE_HORIZON_S = 315.0  # the default cold start (300 s) and interval (15 s)
 LEARNED_SHARE = 0.8  # of the 90th-percentile rise less one: the headroom --tune found was about 0.7 of it
 SHORTEST_HORIZON_S = 150.0  # below it, the one-minute signals' own noise, not the drift, sets the headroom
+LEDGER_MOST_INTERVALS = 4  # first tokens a tick counts: at most this many intervals' (a gap is not a rate held)
 
 
 class TrendParams(StrictModel):
@@ -385,6 +386,17 @@ class PredictivePolicy:
         return max(self.trend_window, learned.memory_seconds, budget)
 
     @property
+    def detail_seconds(self) -> float:
+        """The recent part of ``history_seconds`` the state needs tick by tick: the trend's window and the rises'
+        memory. Before it, the budget's ledger alone reads the past, and a tick counts up to ``coarse_intervals``
+        of first tokens, so ``autoscaler.warm_up`` reads that part so much coarser: 1,620 ticks in place of 5,760
+        for a day's budget with an hour's memory, the same misses counted (tests/test_warm_up.py)."""
+        learned = self.params.learned_headroom
+        return self.trend_window if learned is None else max(self.trend_window, learned.memory_seconds)
+
+    coarse_intervals: ClassVar[int] = LEDGER_MOST_INTERVALS
+
+    @property
     def learns(self) -> bool:
         """Whether the replica's prompt-token capacity is learned: the context carries a capacity only then
         (``Workload.learns_capacity``, the one rule)."""
@@ -426,7 +438,11 @@ class PredictivePolicy:
         last = ledger.last
         if slo is None or mean is None or firsts is None or (last is not None and observation.now <= last):
             return
-        elapsed = self.ctx.interval if last is None else min(observation.now - last, 4 * self.ctx.interval)
+        elapsed = (
+            self.ctx.interval
+            if last is None
+            else min(observation.now - last, self.coarse_intervals * self.ctx.interval)
+        )
         tokens = firsts * elapsed
         ledger.record(observation.now, tokens, tokens * miss_share(mean, slo.ttft_seconds))
         details["budget_used"] = round(ledger.used(slo.target), 4)

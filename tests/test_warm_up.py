@@ -135,3 +135,51 @@ def test_a_budget_reads_its_window_of_the_histograms_sum_and_count_back() -> Non
     ledger = policy.state.budget
     assert ledger is not None and ledger.first_tokens > 0.95 * 6.0 * 86_400
     assert ledger.used(0.99) == pytest.approx(50.0, rel=0.01) and policy.headroom == pytest.approx(0.6)
+
+
+def test_a_budgets_day_before_the_rises_memory_is_read_coarser_and_counts_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before the last hour (the rises' memory) only the ledger reads the past, a tick counting up to four
+    intervals of first tokens: so the day is read a minute apart, and the hour 15 s apart, and the state is the
+    one a tick-by-tick replay builds."""
+    import math
+
+    budget = {"priorSeconds": 1200, "memorySeconds": 3600, "budget": {"prefillTokensPerSecond": 1000}}
+    metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}}]
+    document = workload_doc(
+        metrics=metrics,
+        maxReplicas=40,
+        slo={"ttftSeconds": 2, "target": 0.99},
+        policy={"type": "predictive", "learnedHeadroom": budget},
+    )
+    workload = parse_policy_document(document).workloads[0]
+
+    def firsts(t: float) -> float:
+        return 6.0 + 3.0 * math.sin(2 * math.pi * (t - WALL) / 7200)
+
+    series = {
+        "prompt_tokens_per_second": lambda t: 500 * firsts(t),
+        FIRST_TOKENS_RATE: firsts,
+        TTFT_SECONDS_RATE: lambda t: firsts(t) * (0.5 + 0.4 * firsts(t)),  # busier minutes wait longer
+        REPLICAS: lambda t: 8,
+    }
+    warmed = []
+    for detail in (None, 86_400.0):  # as the policy says; the whole day tick by tick
+        policy = parse_policy_document(document).decider(workload).policy
+        assert isinstance(policy, PredictivePolicy) and policy.detail_seconds == 3600
+        if detail is not None:  # what the policy would say without the distinction
+            monkeypatch.setattr(PredictivePolicy, "detail_seconds", property(lambda _, whole=detail: whole))
+        source = RangeSource(workload, series)
+        outcome = warm_up(workload, policy, source, WALL, TO_NOW, 15.0)
+        warmed.append((policy, outcome, source))
+    (coarse, coarse_outcome, coarse_source), (fine, fine_outcome, _) = warmed
+    assert {(start, step) for name, start, _, step in coarse_source.asked if name == REPLICAS} == {
+        (WALL - 86_400, 60.0),
+        (WALL - 3600, 15.0),
+    }
+    assert coarse_outcome.samples == (86_400 - 3600) // 60 + 3600 // 15 and fine_outcome.samples == 86_400 // 15
+    assert coarse.state.budget is not None and fine.state.budget is not None
+    assert coarse.state.budget.first_tokens == pytest.approx(fine.state.budget.first_tokens, rel=0.01)
+    assert coarse.state.budget.misses == pytest.approx(fine.state.budget.misses, rel=0.01)
+    assert coarse.headroom == pytest.approx(fine.headroom, rel=0.01)
