@@ -330,8 +330,9 @@ class _DayOfHistory:
 
 def bench_warm_up(seed: int) -> dict[str, Any]:
     """``warm_up_day_s``: one workload's warm-up (``autoscaler.warm_up``) of the policy ``simulate --write-config``
-    writes for a file given only an slo: a day of history (its error budget's window) at the 15 s interval,
-    replayed through ``predictive``; Prometheus's answers are stubbed, so it is the daemon's CPU alone. A
+    writes for a file given only an slo: a day of history (its error budget's window), read as the warm-up reads
+    it (``spans``) and replayed through ``predictive``; Prometheus's answers are stubbed, so it is the daemon's
+    CPU alone. A
     starting daemon warms each workload before its first decision, so its first tick takes about this much per
     such workload, besides Prometheus's answers."""
     from autoscaler.warm_up import warm_up
