@@ -378,12 +378,10 @@ class PredictivePolicy:
     @property
     def history_seconds(self) -> float:
         """How much of the past this policy's state is built from, what a starting daemon replays into it
-        (``autoscaler.warm_up``): the trend's window, and with ``learnedHeadroom`` the rises' memory."""
+        (``autoscaler.warm_up``): what it needs tick by tick (``detail_seconds``), and with a ``budget`` its window."""
         learned = self.params.learned_headroom
-        if learned is None:
-            return self.trend_window
-        budget = learned.budget.window_seconds if learned.budget is not None else 0.0
-        return max(self.trend_window, learned.memory_seconds, budget)
+        budget = learned.budget.window_seconds if learned is not None and learned.budget is not None else 0.0
+        return max(self.detail_seconds, budget)
 
     @property
     def detail_seconds(self) -> float:
