@@ -330,26 +330,20 @@ class _DayOfHistory:
 
 def bench_warm_up(seed: int) -> dict[str, Any]:
     """``warm_up_day_s``: one workload's warm-up (``autoscaler.warm_up``) of the policy ``simulate --write-config``
-    writes for a file given only an slo: a day of history (its error budget's window), read as the warm-up reads
-    it (``spans``) and replayed through ``predictive``; Prometheus's answers are stubbed, so it is the daemon's
-    CPU alone. A
-    starting daemon warms each workload before its first decision, so its first tick takes about this much per
-    such workload, besides Prometheus's answers."""
+    writes for a file given only an slo (``builtin.with_error_budget``): a day of history, its error budget's
+    window, read as the warm-up reads it (``spans``) and replayed through ``predictive``. Prometheus's answers
+    are stubbed, so it is the daemon's CPU alone, what a starting daemon spends per such workload before its first
+    tick's decisions."""
     from autoscaler.warm_up import warm_up
     from policies.policy_file import parse_policy_document
-    from simulations.builtin import BUILTIN_LEARNED_HEADROOM
+    from simulations.builtin import with_error_budget
     from simulations.replica_model import ReplicaModel
 
-    budget = {"prefillTokensPerSecond": round(ReplicaModel().idle_prefill_tokens_per_s, 1)}
     raw = _policy("http://unused:9090", [("llm", "vllm")])
     workload = raw["workloads"][0]
     del workload["metrics"]
-    workload.update(
-        slo={"ttftSeconds": 2, "target": 0.99},
-        capacity={"promptTokensPerSecond": 500, "runningRequests": 11},
-        policy={"type": "predictive", "learnedHeadroom": {**BUILTIN_LEARNED_HEADROOM, "budget": budget}},
-    )
-    document = parse_policy_document(raw)
+    workload.update(capacity={"promptTokensPerSecond": 500, "runningRequests": 11}, policy={"type": "predictive"})
+    document = parse_policy_document(with_error_budget(raw, ReplicaModel(), 2.0, 0.99))
     policy = document.decider(document.workloads[0]).policy
     wall = time.time()
     started = time.perf_counter()
