@@ -107,20 +107,42 @@ class ErrorBudgetParams(StrictModel):
     )
 
 
+# With a budget, the rises of the last hour over a prior of 20 minutes: a surge after calm hours spends budget
+# and the budget hands the headroom back. Without one, a day's: an hour's memory missed such a surge, and
+# nothing handed the headroom back (docs/findings.md, "The learned headroom, returned to the default as the
+# counted budget burns").
+BUDGET_LEARNING = {"priorSeconds": 1_200.0, "memorySeconds": 3_600.0}
+
+
 class LearnedHeadroomParams(StrictModel):
     """The headroom blended with the one the demand's own rises call for (``RiseHistory``); off unless given
     (docs/findings.md, "One trace is one sample"). With ``budget``, handed back to the configured headroom as
-    the slo's error budget burns."""
+    the slo's error budget burns, and learned over a shorter past by default (``BUDGET_LEARNING``)."""
 
     prior_seconds: Seconds = Field(
-        default=43_200.0, alias="priorSeconds", gt=0, description="how much history the configured headroom weighs as"
+        default=43_200.0,
+        alias="priorSeconds",
+        gt=0,
+        description="how much history the configured headroom weighs as; with a budget 1,200 by default",
     )
     memory_seconds: Seconds = Field(
-        default=86_400.0, alias="memorySeconds", gt=0, description="how long a rise is remembered"
+        default=86_400.0,
+        alias="memorySeconds",
+        gt=0,
+        description="how long a rise is remembered; with a budget 3,600 by default",
     )
     budget: ErrorBudgetParams | None = Field(
         default=None, description="hand the learned headroom back as the slo's error budget burns; needs an slo"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_learning(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("budget") is None:
+            return data
+        field_names = {"priorSeconds": "prior_seconds", "memorySeconds": "memory_seconds"}
+        unset = {k: v for k, v in BUDGET_LEARNING.items() if k not in data and field_names[k] not in data}
+        return {**data, **unset}
 
 
 MOVED_KEYS = {

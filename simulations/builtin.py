@@ -128,9 +128,6 @@ def builtin_document(
 
 # The headroom learned over the last hour's rises, weighed against the configured one as 20 minutes of history
 # (docs/findings.md, "Days with real bursts, and a headroom learned over the last hour").
-BUILTIN_LEARNED_HEADROOM = {"priorSeconds": 1200, "memorySeconds": 3600}
-
-
 def with_error_budget(
     document: dict[str, Any], model: ReplicaModel, slo_ttft: float, slo_target: float
 ) -> dict[str, Any]:
@@ -140,15 +137,12 @@ def with_error_budget(
 
     On every matrix set it met the SLO wherever the configured headroom alone did, and for 1.5 to 3.8 % fewer
     GPU-hours (docs/findings.md, "The learned headroom, returned to the default as the counted budget
-    burns"). The same document again, where it has them already (the matrix refreshes its cached runs by it)."""
+    burns"). The block's own defaults with a budget are the hour's learning measured there."""
     workload = document["workloads"][0]
     policy = workload["policy"]
     if policy.get("type") != "predictive":
         return document
-    learned = {
-        **BUILTIN_LEARNED_HEADROOM,
-        "budget": {"prefillTokensPerSecond": round(model.idle_prefill_tokens_per_s, 1)},
-    }
+    learned = {"budget": {"prefillTokensPerSecond": round(model.idle_prefill_tokens_per_s, 1)}}
     slo = {"ttftSeconds": slo_ttft, "target": slo_target}
     changed = {**workload, "slo": workload.get("slo", slo), "policy": {**policy, "learnedHeadroom": learned}}
     return {**document, "workloads": [changed, *document["workloads"][1:]]}

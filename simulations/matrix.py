@@ -28,8 +28,7 @@ sized and cached apart.
 
 The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
 ``--cache`` (they do not depend on the variant); delete it when the simulator, the sizing or the default
-changes. A cached document without the built-in's error budget (``builtin.with_error_budget``) gets it, and its
-default run is redone, the rest kept. Scenarios run one per core.
+changes. Scenarios run one per core.
 """
 
 from __future__ import annotations
@@ -52,13 +51,13 @@ import numpy as np
 
 import simulations.jobs as simulation_jobs
 from policies.policy_file import parse_policy_document
-from simulations.builtin import sized_builtin, with_error_budget
+from simulations.builtin import sized_builtin
 from simulations.clairvoyant import clairvoyant
 from simulations.compare import footing
 from simulations.contenders import keda_contender, policy_contender, policy_variant
 from simulations.replica_model import ReplicaModel, parse_overrides
 from simulations.results import write_dated
-from simulations.runner import Contender, RunResult, run
+from simulations.runner import RunResult, run
 from simulations.traces import Trace, load_trace, read_rate, synthetic_day
 from simulations.tuning import tune
 
@@ -250,11 +249,6 @@ def _baseline(scenario: Scenario, trace: Trace, model: ReplicaModel) -> Baseline
     )
 
 
-def _default_contender(raw: dict[str, Any], model: ReplicaModel) -> Contender:
-    document = parse_policy_document(raw, "<matrix>")
-    return policy_contender(document, document.workloads[0], model)
-
-
 def _check_baselines(baseline: Baseline, scenario: Scenario, trace: Trace, model: ReplicaModel) -> Baseline:
     """``baseline`` with keda-sum's run and the clairvoyant's cheapest that meets the SLO, as simulate runs them."""
     document = parse_policy_document(baseline.document, "<matrix>")
@@ -283,17 +277,7 @@ def cached_baseline(scenario: Scenario, trace: Trace, model: ReplicaModel, cache
     them, else computed and left there."""
     cached = _cached_path(scenario, cache)
     if cached.exists():
-        baseline = Baseline(**json.loads(cached.read_text()))
-        raw = with_error_budget(baseline.document, model, scenario.slo_ttft, scenario.slo_target)
-        if raw != baseline.document:  # cached before the built-in policy block had it: the default's run is redone
-            default = run(
-                trace, model, _default_contender(raw, model), baseline.initial, scenario.slo_ttft, timeline=False
-            )
-            baseline = replace(
-                baseline, document=raw, default_gpu_hours=default.gpu_hours, default_slo=default.slo_attainment
-            )
-            cached.write_text(json.dumps(asdict(baseline)))
-        return baseline
+        return Baseline(**json.loads(cached.read_text()))
     cache.mkdir(parents=True, exist_ok=True)
     baseline = _baseline(scenario, trace, model)
     cached.write_text(json.dumps(asdict(baseline)))

@@ -110,3 +110,19 @@ def test_a_budget_needs_the_workloads_slo() -> None:
     slo = {"ttftSeconds": 2, "target": 0.99}
     workload = parse_policy_document(workload_doc(policy=BUDGET, slo=slo)).workloads[0]
     assert workload.spends_budget and workload.extra_signals == BUDGET_SIGNALS  # none is among its metrics
+
+
+@pytest.mark.parametrize(
+    ("block", "prior", "memory"),
+    [
+        ({}, 43_200, 86_400),  # without a budget a day's rises: nothing hands the headroom back after a surge
+        ({"budget": {"prefillTokensPerSecond": 1000}}, 1_200, 3_600),  # the budget does: the last hour's
+        ({"budget": {"prefillTokensPerSecond": 1000}, "memorySeconds": 7_200}, 1_200, 7_200),
+        ({"budget": {"prefillTokensPerSecond": 1000}, "prior_seconds": 600}, 600, 3_600),
+    ],
+)
+def test_a_budget_learns_over_the_last_hour_unless_told(block: dict[str, object], prior: float, memory: float) -> None:
+    from policies.predictive import LearnedHeadroomParams
+
+    params = LearnedHeadroomParams.model_validate(block)
+    assert (params.prior_seconds, params.memory_seconds) == (prior, memory)

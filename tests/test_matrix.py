@@ -196,35 +196,3 @@ def test_a_bad_replica_override_is_a_one_line_error(capsys: pytest.CaptureFixtur
 
     assert main(["--replica", "warp_factor=9", "--only", "nothing"]) == 2
     assert capsys.readouterr().err.startswith("error: --replica 'warp_factor=9': expected KEY=VALUE with KEY one of")
-
-
-def test_a_cached_default_run_is_redone_when_the_builtin_policy_block_has_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The fixed fleet and the baselines stand (the policy block does not touch them); the default's run does
-    not: a cache left before the built-in document had its error budget gets the block and a new run, once."""
-    import json
-    from dataclasses import asdict
-
-    import simulations.matrix as matrix
-    from simulations.builtin import builtin_document
-    from simulations.traces import Trace
-
-    rng = np.random.default_rng(0)
-    arrivals = np.sort(rng.uniform(0, 900, 900))
-    trace = Trace("t", arrivals, rng.integers(200, 1500, 900), rng.integers(50, 300, 900))
-    scenario = matrix.Scenario("tiny@60", lambda: trace, 60)
-    model = matrix.scenario_model(scenario)
-    stale = matrix.Baseline(builtin_document(model, trace), 3, 3, 1.0, 0.5, -1.0, -1.0, keda_gpu_hours=7.0)
-    path = matrix._cached_path(scenario, tmp_path)
-    path.write_text(json.dumps(asdict(stale)))
-    runs: list[str] = []
-    real_run = matrix.run
-    monkeypatch.setattr(matrix, "run", lambda *a, **k: runs.append("run") or real_run(*a, **k))
-
-    fresh = matrix.cached_baseline(scenario, trace, model, tmp_path)
-    assert fresh.document["workloads"][0]["policy"]["learnedHeadroom"]["budget"]["prefillTokensPerSecond"] == 976.6
-    assert fresh.document["workloads"][0]["slo"] == {"ttftSeconds": 2.0, "target": 0.99}
-    assert fresh.default_gpu_hours > 0 and 0 < fresh.default_slo <= 1 and runs == ["run"]
-    assert (fresh.static_replicas, fresh.static_gpu_hours, fresh.keda_gpu_hours) == (3, 1.0, 7.0)
-    assert matrix.cached_baseline(scenario, trace, model, tmp_path) == fresh and runs == ["run"]
