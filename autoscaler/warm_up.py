@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.source import MetricSource
+from autoscaler.metrics.source import Failure, MetricSource
 from autoscaler.record import PROMETHEUS_FAILURES, series_queries
 from policies.base import Policy
 from policies.policy_file import Workload
@@ -23,6 +23,7 @@ from simulations.recorded import REPLICAS, recorded_observation
 
 log = get_logger("autoscaler.warm_up")
 MAX_POINTS = 10_000  # Prometheus refuses a range query of more than 11,000 points a series
+NOT_ANSWERING = {Failure.TIMEOUT, Failure.UNREACHABLE}  # Prometheus, not the query: nothing more is asked of it
 
 
 @dataclass
@@ -60,20 +61,26 @@ def warm_up(
     """Pass the workload's last ``history_seconds`` through ``policy.recommend``, a tick an ``interval`` apart,
     or coarser before its ``detail_seconds`` (``spans``). ``wall`` is the wall clock now and ``to_now`` what turns
     a wall-clock time into the decision clock. A sample without the count asked for is skipped: it is what a
-    policy's demand is measured against."""
+    policy's demand is measured against. A query Prometheus does not answer (a timeout, unreachable) ends the
+    reading: the rest would each wait their timeout out, and what was read is passed through as it is."""
     outcome = WarmUp()
     rows: dict[float, dict[str, float]] = {}
-    for name, query in series_queries(workload).items():
-        failures = []
-        for back_from, back_to, step in spans(policy, interval):
-            # Each part ends a step before the next begins; the first tick reads now.
-            series = source.query_range(query, wall - back_from, wall - back_to - step, step)
-            if series.failure in PROMETHEUS_FAILURES:  # not "no data": a new workload has no past
-                failures.append(series.failure)
-            for stamp, value in series.samples:
-                rows.setdefault(stamp, {})[name] = value
-        if failures:
-            outcome.failed.append(f"{name}: {failures[0]}")
+    failed: dict[str, str] = {}
+    parts = [
+        (name, query, part) for name, query in series_queries(workload).items() for part in spans(policy, interval)
+    ]
+    for index, (name, query, (back_from, back_to, step)) in enumerate(parts):
+        # Each part ends a step before the next begins; the first tick reads now.
+        series = source.query_range(query, wall - back_from, wall - back_to - step, step)
+        if series.failure in PROMETHEUS_FAILURES:  # not "no data": a new workload has no past
+            failed.setdefault(name, series.failure)
+        for stamp, value in series.samples:
+            rows.setdefault(stamp, {})[name] = value
+        if series.failure in NOT_ANSWERING and index + 1 < len(parts):  # the next would wait its timeout out too
+            left = len(parts) - index - 1
+            failed["not asked"] = f"{left} more {'query' if left == 1 else 'queries'}"
+            break
+    outcome.failed = [f"{name}: {why}" for name, why in failed.items()]
     for stamp in sorted(rows):
         row = rows[stamp]
         if (current := row.get(REPLICAS)) is None:

@@ -24,9 +24,15 @@ TO_NOW = -1_799_990_000.0  # the decision clock reads 10,000 at WALL
 class RangeSource:
     """Range queries answered from per-series functions of time, by the series' recorded-metrics name."""
 
-    def __init__(self, workload: Workload, series: Mapping[str, Any], failing: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        series: Mapping[str, Any],
+        failing: Iterable[str] = (),
+        failure: Failure = Failure.TIMEOUT,
+    ) -> None:
         self.by_query = {query: name for name, query in series_queries(workload).items()}
-        self.series, self.failing = series, set(failing)
+        self.series, self.failing, self.failure = series, set(failing), failure
         self.asked: list[tuple[str, float, float, float]] = []
 
     def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
@@ -39,7 +45,7 @@ class RangeSource:
         name = self.by_query[query]
         self.asked.append((name, start, end, step))
         if name in self.failing:
-            return RangeSeries([], Failure.TIMEOUT, "timed out")
+            return RangeSeries([], self.failure, str(self.failure))
         at = self.series.get(name)
         if at is None:
             return RangeSeries([], Failure.EMPTY, "the query returned no series")
@@ -96,10 +102,22 @@ def test_a_learned_headroom_reads_its_memory_within_the_points_prometheus_allows
 def test_a_failed_series_is_reported_and_samples_without_the_count_are_skipped() -> None:
     workload = _workload({"type": "predictive"})
     policy = _predictive(workload)
-    failing = RangeSource(workload, {"prompt_tokens_per_second": _rising}, failing=[REPLICAS])
+    failing = RangeSource(workload, {"prompt_tokens_per_second": _rising}, [REPLICAS], Failure.HTTP_ERROR)
     outcome = warm_up(workload, policy, failing, WALL, TO_NOW, 15.0)
-    assert outcome.samples == 0 and outcome.failed == ["replicas: timeout"]
+    assert outcome.samples == 0 and outcome.failed == ["replicas: http-error"]
+    assert [name for name, *_ in failing.asked] == list(series_queries(workload))  # the others were read
     assert not policy.state.trend.samples  # without the count nothing is judged against it
+
+
+@pytest.mark.parametrize("failure", [Failure.TIMEOUT, Failure.UNREACHABLE])
+def test_a_prometheus_that_does_not_answer_is_asked_nothing_more(failure: Failure) -> None:
+    """Each query would wait out its timeout: a workload's fourteen would hold the tick for minutes."""
+    workload = _workload({"type": "predictive"})
+    policy = _predictive(workload)
+    source = RangeSource(workload, {"prompt_tokens_per_second": _rising}, [REPLICAS], failure)
+    outcome = warm_up(workload, policy, source, WALL, TO_NOW, 15.0)
+    assert [name for name, *_ in source.asked] == ["prompt_tokens_per_second", REPLICAS]
+    assert outcome.failed == [f"replicas: {failure}", "not asked: 1 more query"]
 
 
 def test_a_policy_that_keeps_no_history_reads_none() -> None:
