@@ -42,6 +42,7 @@ log = get_logger("autoscaler.controller")
 
 
 EVENT_REASONS = {Reason.SCALED_TO_ZERO: "ScaledToZero", Reason.ACTIVATED: "Activated"}
+WARM_UP_SHARE = 0.5  # of an interval: what a tick spends reading workloads' history before it decides
 
 
 @dataclass
@@ -188,9 +189,7 @@ class Controller:
             self._restore(wall, now)
         elif not self.leading():
             self.restored = False  # a leader again later reads what the leader meanwhile wrote
-        for runtime in runtimes:
-            if not runtime.warmed:
-                self._warm_up(runtime, wall, now)
+        self._warm_some(runtimes, wall, now)
         read = self.actuator.read_many([r.workload.target for r in runtimes])
         states = [read[target_key(r.workload.target)] for r in runtimes]
         observed = self.observer.collect(wall)
@@ -269,6 +268,11 @@ class Controller:
             self.telemetry.decisions.labels(key, "paused").inc()
             return self._log(line)
 
+        if not runtime.warmed:  # its history is read in a later tick: no decision before it
+            line.update(reason="warming-up")
+            self.telemetry.decisions.labels(key, "warming-up").inc()
+            return self._log(line)
+
         if workload.activation is not None:
             line.update(activation=metrics.activation, activity=metrics.activity)
             if self.actuator.dry_run and state.replicas == 0:
@@ -279,6 +283,22 @@ class Controller:
         decision = runtime.decider.decide(observation)
         self._metrics_events(runtime, decision, metrics)
         return self._act(runtime, state, decision, line)
+
+    def _warm_some(self, runtimes: list[WorkloadRuntime], wall: float, now: float) -> None:
+        """Warm the workloads not yet warmed for up to ``WARM_UP_SHARE`` of an interval, one at least; the others
+        hold this tick (``warming-up``). A day's history for a thousand workloads takes minutes: in one tick it
+        held every decision that long, and the liveness probe, which wants a tick every three intervals, killed
+        the controller before its first one."""
+        deadline = self.decision_clock() + WARM_UP_SHARE * self.interval
+        warmed = 0
+        for runtime in runtimes:
+            if runtime.warmed:
+                continue
+            if warmed and self.decision_clock() >= deadline:
+                log.info("warm-up-deferred", workloads=sum(not r.warmed for r in runtimes))
+                return
+            self._warm_up(runtime, wall, now)
+            warmed += 1
 
     def _warm_up(self, runtime: WorkloadRuntime, wall: float, now: float) -> None:
         """Rebuild the policy's state from Prometheus's history, once per workload; whatever the outcome the

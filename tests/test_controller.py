@@ -259,13 +259,16 @@ def test_without_the_replicas_activity_it_never_goes_to_zero(source: FakeSource)
 class HistorySource(FakeSource):
     """Range queries counted; each answers three samples of the value the test set, or raises."""
 
-    def __init__(self, broken: bool = False) -> None:
+    def __init__(self, broken: bool = False, clock: Clock | None = None, seconds: float = 0.0) -> None:
         super().__init__()
         self.ranges: list[str] = []
         self.broken = broken
+        self.clock, self.seconds = clock, seconds  # each answer takes this long on the clock
 
     def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
         self.ranges.append(query)
+        if self.clock is not None:
+            self.clock.now += self.seconds
         if self.broken:
             raise RuntimeError("a bug in the history's path")
         value = self.values.get(query.split(":", 1)[1], 3.0) if query.startswith("waiting:") else 3.0
@@ -295,6 +298,27 @@ def test_a_history_that_fails_leaves_the_workload_deciding() -> None:
         line = controller(actuator, source, policy={"type": "predictive"}).tick()[0]
     assert line["applied"] and actuator.writes == [("a", 6)]  # as the first test: 100 % or 4 pods per 15 s
     assert any(e["event"] == "warm-up-incomplete" and "a bug" in e["detail"] for e in logs)
+
+
+def test_a_slow_history_is_read_over_several_ticks_and_the_loop_stays_alive() -> None:
+    """Three range queries of 1 s a workload, half of a 15 s interval a tick: three workloads warmed in the
+    first, the other three hold (``warming-up``) and are warmed in the second. A tick ends within the liveness
+    limit (three intervals and 30 s) however many workloads wait, where reading them all in the first held it
+    for minutes on a large fleet."""
+    ticking = Clock()
+    source = HistorySource(clock=ticking, seconds=1.0)
+    names = tuple("abcdef")
+    source.values = {name: 12.0 for name in names}
+    actuator = FakeActuator({name: state(3) for name in names})
+    control = controller(actuator, source, names, clock=ticking, policy={"type": "predictive"})
+    started = ticking.now
+    first = control.tick()
+    assert ticking.now - started == 9  # three warm-ups, the last begun before the 7.5 s were spent
+    assert [line["reason"] == "warming-up" for line in first] == [False] * 3 + [True] * 3
+    assert not any(line["applied"] for line in first[3:]) and control.healthy()[0]
+    ticking.now += 15
+    second = control.tick()
+    assert "warming-up" not in [line["reason"] for line in second] and len(source.ranges) == 18
 
 
 def test_a_threshold_workload_reads_no_history(source: FakeSource) -> None:
