@@ -12,6 +12,11 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
 * ``activation_s``: in the same daemon, a second workload that may go to zero (``minReplicas: 0``): once the
   daemon has taken it to zero by itself, from the moment the exporter's gateway queue steps above the
   activation threshold to the moment the server accepted the wake-up's scale PATCH, over several steps.
+* ``first_ticks_1000_*``: then a controller of the same 1,000 workloads given the policy a file given only an slo
+  is written with, ticking back to back from its start until every workload has read its history
+  (``autoscaler.warm_up``) and decides: the ticks it takes, the longest, their wall time and Prometheus requests.
+  Prometheus holds only the minutes the bench has run, so each range query's answer is short; a day of samples
+  adds ``warm_up_day_s`` a workload.
 * ``decisions_per_s``: the pure decision pipeline; ``history_entries_after_day``: what one workload's
   behavior history holds after a day of 15 s ticks (bounded by the windows, not by time).
 * ``warm_up_day_s``: the replay of a day of history into the policy a file given only an slo is written with
@@ -94,7 +99,7 @@ def _identity(kube: KubeServer, home: str, namespaces: list[str], name: str) -> 
     return token
 
 
-def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int = 15) -> dict[str, Any]:
+def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int = 15, **extra: Any) -> dict[str, Any]:
     return {
         "interval": interval,
         "prometheus": {"url": prometheus_url, "timeout": 10},
@@ -107,13 +112,41 @@ def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int =
                     {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
                     {"name": "kv_cache_usage_perc", "target": {"type": "Value", "value": 0.85}},
                 ],
+                **extra,
             }
             for namespace, name in targets
         ],
     }
 
 
+# The policy a file given only an slo is written with (``builtin.with_error_budget``): a day's history to warm.
+BUDGET_WORKLOAD: dict[str, Any] = {
+    "slo": {"ttftSeconds": 2, "target": 0.99},
+    "policy": {"type": "predictive", "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 976.6}}},
+}
+
+
+def bench_first_ticks(controller: Any) -> dict[str, Any]:
+    """``first_ticks_1000_*``: a starting controller's ticks, back to back, until every workload has been warmed
+    (``autoscaler.warm_up``) and decides: how many, the longest, and the range queries asked."""
+    requests_before = controller.source.requests_sent
+    longest, ticks, started = 0.0, 0, time.perf_counter()
+    while True:
+        wall = time.perf_counter()
+        lines = controller.tick()
+        longest, ticks = max(longest, time.perf_counter() - wall), ticks + 1
+        if not any(line.get("reason") == "warming-up" for line in lines):
+            break
+    return {
+        "first_ticks_1000": ticks,
+        "first_ticks_1000_longest_s": round(longest, 3),
+        "first_ticks_1000_wall_s": round(time.perf_counter() - started, 3),
+        "first_ticks_1000_prometheus_requests": controller.source.requests_sent - requests_before,
+    }
+
+
 def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
+    from autoscaler.actuators.dryrun import DryRunActuator
     from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
     from autoscaler.controller import Controller
     from autoscaler.metrics.prometheus import PrometheusSource
@@ -144,7 +177,7 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         lines = controller.tick()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         writes = sum(1 for line in lines if line.get("applied"))
-        return {
+        figures = {
             "tick_1000_wall_s": round(wall, 3),
             "tick_1000_cpu_s": round(cpu, 3),
             "tick_1000_prometheus_requests": source.requests_sent - requests_before,
@@ -152,6 +185,8 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
             "tick_1000_scale_writes": writes,
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
+        budget = parse_policy_document(_policy(prometheus.url, _workloads(count), **BUDGET_WORKLOAD))
+        return figures | bench_first_ticks(Controller(None, budget, source, DryRunActuator(actuator)))
     finally:
         prometheus.stop()
         parent.send("stop")
