@@ -291,7 +291,8 @@ class Controller:
         the controller before its first one."""
         deadline = self.decision_clock() + WARM_UP_SHARE * self.interval
         warmed = 0
-        for runtime in runtimes:
+        # One that may sleep at zero first: a request waiting on its wake-up is the decision that cannot wait.
+        for runtime in sorted(runtimes, key=lambda r: r.workload.activation is None):
             if runtime.warmed:
                 continue
             if warmed and self.decision_clock() >= deadline:
