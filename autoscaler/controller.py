@@ -286,20 +286,17 @@ class Controller:
 
     def _warm_some(self, runtimes: list[WorkloadRuntime], wall: float, now: float) -> None:
         """Warm the workloads not yet warmed for up to ``WARM_UP_SHARE`` of an interval, one at least; the others
-        hold this tick (``warming-up``). A day's history for a thousand workloads takes minutes: in one tick it
-        held every decision that long, and the liveness probe, which wants a tick every three intervals, killed
-        the controller before its first one."""
+        hold this tick (``warming-up``). A thousand workloads' day of history takes over a minute: in one tick it
+        held every decision that long, and the liveness probe, which wants a tick every three intervals and 30 s,
+        restarted the controller before its first (docs/operations.md, "State and status")."""
         deadline = self.decision_clock() + WARM_UP_SHARE * self.interval
-        warmed = 0
         # One that may sleep at zero first: a request waiting on its wake-up is the decision that cannot wait.
-        for runtime in sorted(runtimes, key=lambda r: r.workload.activation is None):
-            if runtime.warmed:
-                continue
-            if warmed and self.decision_clock() >= deadline:
-                log.info("warm-up-deferred", workloads=sum(not r.warmed for r in runtimes))
+        pending = sorted((r for r in runtimes if not r.warmed), key=lambda r: r.workload.activation is None)
+        for index, runtime in enumerate(pending):
+            if index and self.decision_clock() >= deadline:
+                log.info("warm-up-deferred", workloads=len(pending) - index)
                 return
             self._warm_up(runtime, wall, now)
-            warmed += 1
 
     def _warm_up(self, runtime: WorkloadRuntime, wall: float, now: float) -> None:
         """Rebuild the policy's state from Prometheus's history, once per workload; whatever the outcome the

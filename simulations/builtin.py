@@ -126,8 +126,6 @@ def builtin_document(
     }
 
 
-# The headroom learned over the last hour's rises, weighed against the configured one as 20 minutes of history
-# (docs/findings.md, "Days with real bursts, and a headroom learned over the last hour").
 def with_error_budget(
     document: dict[str, Any], model: ReplicaModel, slo_ttft: float, slo_target: float
 ) -> dict[str, Any]:
