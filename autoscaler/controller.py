@@ -32,7 +32,7 @@ from autoscaler.metrics.source import MetricSource
 from autoscaler.observer import Observer, WorkloadMetrics
 from autoscaler.state import LastScale, StateStore, WorkloadRecord, record_key
 from autoscaler.telemetry import Telemetry
-from autoscaler.warm_up import warm_up
+from autoscaler.warm_up import history_seconds, warm_up
 from policies.base import Observation
 from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
 from policies.pipeline import Decision, Reason, WorkloadDecider
@@ -290,8 +290,12 @@ class Controller:
         held every decision that long, and the liveness probe, which wants a tick every three intervals and 30 s,
         restarted the controller before its first (docs/operations.md, "State and status")."""
         deadline = self.decision_clock() + WARM_UP_SHARE * self.interval
-        # One that may sleep at zero first: a request waiting on its wake-up is the decision that cannot wait.
-        pending = sorted((r for r in runtimes if not r.warmed), key=lambda r: r.workload.activation is None)
+        # First those that read no history (nothing to wait for), then those that may sleep at zero (a request
+        # waiting on a wake-up is the decision that cannot wait).
+        pending = sorted(
+            (r for r in runtimes if not r.warmed),
+            key=lambda r: (history_seconds(r.decider.policy) > 0, r.workload.activation is None),
+        )
         for index, runtime in enumerate(pending):
             if index and self.decision_clock() >= deadline:
                 log.info("warm-up-deferred", workloads=len(pending) - index)
