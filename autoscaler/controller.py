@@ -32,7 +32,7 @@ from autoscaler.metrics.source import MetricSource
 from autoscaler.observer import Observer, WorkloadMetrics
 from autoscaler.state import LastScale, StateStore, WorkloadRecord, record_key
 from autoscaler.telemetry import Telemetry
-from autoscaler.warm_up import history_seconds, warm_up
+from autoscaler.warm_up import HistoryRead, history_seconds
 from policies.base import Observation
 from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
 from policies.pipeline import Decision, Reason, WorkloadDecider
@@ -55,6 +55,7 @@ class WorkloadRuntime:
     missing: bool = False
     last_scale: tuple[float, int, int, str] | None = None  # wall time, from, to, reason
     warmed: bool = False  # its policy has been passed Prometheus's history (autoscaler.warm_up)
+    history: HistoryRead | None = None  # that history, while it is read over several ticks
 
 
 class Controller:
@@ -164,6 +165,7 @@ class Controller:
             decider = document.decider(workload, previous.decider if previous else None)
             if previous is not None:
                 previous.workload, previous.decider = workload, decider
+                previous.history = None  # a history half read was read for the old policy's parts
                 runtime[workload.key] = previous
             else:
                 runtime[workload.key] = WorkloadRuntime(workload, decider)
@@ -285,10 +287,12 @@ class Controller:
         return self._act(runtime, state, decision, line)
 
     def _warm_some(self, runtimes: list[WorkloadRuntime], wall: float, now: float) -> None:
-        """Warm the workloads not yet warmed for up to ``WARM_UP_SHARE`` of an interval, one at least; the others
-        hold this tick (``warming-up``). A thousand workloads' day of history takes over a minute: in one tick it
-        held every decision that long, and the liveness probe, which wants a tick every three intervals and 30 s,
-        restarted the controller before its first (docs/operations.md, "State and status")."""
+        """Read the history of the workloads not yet warmed for up to ``WARM_UP_SHARE`` of an interval, one range
+        query at least, and pass it through their policies; the others hold this tick (``warming-up``) and a
+        history half read goes on in the next. A thousand workloads' day of history takes over a minute: in
+        one tick it held every decision that long, and the liveness probe, which wants a tick every three
+        intervals and 30 s, restarted the controller before its first (docs/operations.md, "State and
+        status"); so could one workload's fourteen queries to a Prometheus slow to answer each."""
         deadline = self.decision_clock() + WARM_UP_SHARE * self.interval
         # First those that read no history (nothing to wait for), then those that may sleep at zero (a request
         # waiting on a wake-up is the decision that cannot wait).
@@ -296,26 +300,28 @@ class Controller:
             (r for r in runtimes if not r.warmed),
             key=lambda r: (history_seconds(r.decider.policy) > 0, r.workload.activation is None),
         )
+        asked = 0
         for index, runtime in enumerate(pending):
-            if index and self.decision_clock() >= deadline:
-                log.info("warm-up-deferred", workloads=len(pending) - index)
-                return
-            self._warm_up(runtime, wall, now)
-
-    def _warm_up(self, runtime: WorkloadRuntime, wall: float, now: float) -> None:
-        """Rebuild the policy's state from Prometheus's history, once per workload; whatever the outcome the
-        workload then decides on what it has (``autoscaler.warm_up``)."""
-        runtime.warmed = True
-        key = runtime.workload.key
-        try:
-            outcome = warm_up(runtime.workload, runtime.decider.policy, self.source, wall, now - wall, self.interval)
-        except Exception as exc:  # one workload's fault never stalls the others
-            log.warning("warm-up-incomplete", workload=key, detail=repr(exc)[:300])
-            return
-        if outcome.failed:
-            log.warning("warm-up-incomplete", workload=key, samples=outcome.samples, failed=outcome.failed)
-        elif outcome.samples:
-            log.info("warmed-up", workload=key, samples=outcome.samples)
+            key = runtime.workload.key
+            try:
+                policy = runtime.decider.policy
+                history = runtime.history or HistoryRead(runtime.workload, policy, wall, now - wall, self.interval)
+                runtime.history = history
+                while not history.done:
+                    if asked and self.decision_clock() >= deadline:
+                        log.info("warm-up-deferred", workloads=len(pending) - index)
+                        return
+                    history.read_next(self.source)
+                    asked += 1
+                outcome = history.replay(policy)
+            except Exception as exc:  # one workload's fault never stalls the others: it decides on what it has
+                log.warning("warm-up-incomplete", workload=key, detail=repr(exc)[:300])
+            else:
+                if outcome.failed:
+                    log.warning("warm-up-incomplete", workload=key, samples=outcome.samples, failed=outcome.failed)
+                elif outcome.samples:
+                    log.info("warmed-up", workload=key, samples=outcome.samples)
+            runtime.warmed, runtime.history = True, None
 
     def _ownership(self, runtime: WorkloadRuntime, state: ScaleState, line: dict[str, Any]) -> str | None:
         """Why this workload must not be written (``owner-unknown``, ``foreign-autoscaler``), or None.

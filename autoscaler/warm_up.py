@@ -55,36 +55,61 @@ def spans(policy: Policy, interval: float) -> list[tuple[float, float, float]]:
     return parts
 
 
+class HistoryRead:
+    """One workload's history, read one range query at a time (``read_next``) so that a controller can spread
+    the reading over ticks, then passed through its policy (``replay``). The parts are fixed when it starts:
+    reading them over several ticks leaves a gap of those ticks before the first live one, which the policy's
+    state takes as it takes a missed scrape."""
+
+    def __init__(self, workload: Workload, policy: Policy, wall: float, to_now: float, interval: float) -> None:
+        self.workload, self.wall, self.to_now = workload, wall, to_now
+        self.parts = [
+            (name, query, part) for name, query in series_queries(workload).items() for part in spans(policy, interval)
+        ]
+        self.next = 0
+        self.rows: dict[float, dict[str, float]] = {}
+        self.failed: dict[str, str] = {}
+
+    @property
+    def done(self) -> bool:
+        return self.next >= len(self.parts)
+
+    def read_next(self, source: MetricSource) -> None:
+        """Ask the next part; a query Prometheus does not answer (a timeout, unreachable) ends the reading: the
+        rest would each wait their timeout out, and what was read is replayed as it is."""
+        name, query, (back_from, back_to, step) = self.parts[self.next]
+        self.next += 1
+        # Each part ends a step before the next begins; the first tick reads now.
+        series = source.query_range(query, self.wall - back_from, self.wall - back_to - step, step)
+        if series.failure in PROMETHEUS_FAILURES:  # not "no data": a new workload has no past
+            self.failed.setdefault(name, series.failure)
+        for stamp, value in series.samples:
+            self.rows.setdefault(stamp, {})[name] = value
+        if series.failure in NOT_ANSWERING and not self.done:
+            left = len(self.parts) - self.next
+            self.failed["not asked"] = f"{left} more {'query' if left == 1 else 'queries'}"
+            self.next = len(self.parts)
+
+    def replay(self, policy: Policy) -> WarmUp:
+        """Pass what was read through ``policy.recommend``, a tick per sample. A sample without the count asked
+        for is skipped: it is what a policy's demand is measured against."""
+        outcome = WarmUp(failed=[f"{name}: {why}" for name, why in self.failed.items()])
+        for stamp in sorted(self.rows):
+            row = self.rows[stamp]
+            if (current := row.get(REPLICAS)) is None:
+                continue
+            policy.recommend(recorded_observation(self.workload, row, stamp + self.to_now, round(current)))
+            outcome.samples += 1
+        return outcome
+
+
 def warm_up(
     workload: Workload, policy: Policy, source: MetricSource, wall: float, to_now: float, interval: float
 ) -> WarmUp:
     """Pass the workload's last ``history_seconds`` through ``policy.recommend``, a tick an ``interval`` apart,
-    or coarser before its ``detail_seconds`` (``spans``). ``wall`` is the wall clock now and ``to_now`` what turns
-    a wall-clock time into the decision clock. A sample without the count asked for is skipped: it is what a
-    policy's demand is measured against. A query Prometheus does not answer (a timeout, unreachable) ends the
-    reading: the rest would each wait their timeout out, and what was read is passed through as it is."""
-    outcome = WarmUp()
-    rows: dict[float, dict[str, float]] = {}
-    failed: dict[str, str] = {}
-    parts = [
-        (name, query, part) for name, query in series_queries(workload).items() for part in spans(policy, interval)
-    ]
-    for index, (name, query, (back_from, back_to, step)) in enumerate(parts):
-        # Each part ends a step before the next begins; the first tick reads now.
-        series = source.query_range(query, wall - back_from, wall - back_to - step, step)
-        if series.failure in PROMETHEUS_FAILURES:  # not "no data": a new workload has no past
-            failed.setdefault(name, series.failure)
-        for stamp, value in series.samples:
-            rows.setdefault(stamp, {})[name] = value
-        if series.failure in NOT_ANSWERING and index + 1 < len(parts):  # the next would wait its timeout out too
-            left = len(parts) - index - 1
-            failed["not asked"] = f"{left} more {'query' if left == 1 else 'queries'}"
-            break
-    outcome.failed = [f"{name}: {why}" for name, why in failed.items()]
-    for stamp in sorted(rows):
-        row = rows[stamp]
-        if (current := row.get(REPLICAS)) is None:
-            continue
-        policy.recommend(recorded_observation(workload, row, stamp + to_now, round(current)))
-        outcome.samples += 1
-    return outcome
+    or coarser before its ``detail_seconds`` (``spans``), all read at once (``HistoryRead``). ``wall`` is the wall
+    clock now and ``to_now`` what turns a wall-clock time into the decision clock."""
+    history = HistoryRead(workload, policy, wall, to_now, interval)
+    while not history.done:
+        history.read_next(source)
+    return history.replay(policy)

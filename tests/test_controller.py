@@ -301,29 +301,45 @@ def test_a_history_that_fails_leaves_the_workload_deciding() -> None:
 
 
 def test_a_slow_history_is_read_over_several_ticks_and_the_loop_stays_alive() -> None:
-    """Three range queries of 1 s a workload, half of a 15 s interval a tick: three workloads warmed in the
-    first, the other three hold (``warming-up``) and are warmed in the second. A tick ends within the liveness
-    limit (three intervals and 30 s) however many workloads wait, where reading them all in the first held it
-    for minutes on a large fleet."""
+    """Three range queries of 1 s a workload, half of a 15 s interval a tick: the first tick reads a and b and two
+    of c's queries, and the rest hold (``warming-up``); the second finishes c, reads d and e and begins f; the third
+    finishes f. No query is asked twice, and a tick ends within the liveness limit (three intervals and 30 s)
+    however many workloads wait, where reading them all in the first held it for minutes on a large fleet."""
     ticking = Clock()
     source = HistorySource(clock=ticking, seconds=1.0)
     names = tuple("abcdef")
     source.values = {name: 12.0 for name in names}
     actuator = FakeActuator({name: state(3) for name in names})
     control = controller(actuator, source, names, clock=ticking, policy={"type": "predictive"})
-    started = ticking.now
-    first = control.tick()
-    assert ticking.now - started == 9  # three warm-ups, the last begun before the 7.5 s were spent
-    assert [line["reason"] == "warming-up" for line in first] == [False] * 3 + [True] * 3
-    assert not any(line["applied"] for line in first[3:]) and control.healthy()[0]
+    holding = []
+    for _ in range(3):
+        started = ticking.now
+        lines = control.tick()
+        assert ticking.now - started <= 8 and control.healthy()[0]  # the last query begun before 7.5 s were spent
+        assert not any(line["applied"] for line in lines if line["reason"] == "warming-up")
+        holding.append("".join(line["workload"][-1] for line in lines if line["reason"] == "warming-up"))
+        ticking.now += 15
+    assert holding == ["cdef", "f", ""] and len(source.ranges) == 18
+
+
+def test_a_reload_reads_a_history_half_read_again_for_the_new_policy() -> None:
+    ticking = Clock()
+    source = HistorySource(clock=ticking, seconds=2.0)  # the first tick asks a's three queries and one of b's
+    source.values = {"a": 12.0, "b": 12.0}
+    actuator = FakeActuator({"a": state(3), "b": state(3)})
+    control = controller(actuator, source, ("a", "b"), clock=ticking, policy={"type": "predictive"})
+    control.tick()
+    half = control.runtime["llm/b"].history
+    assert half is not None and half.next == 1 and len(source.ranges) == 4
+    control.apply_document(control.document)
     ticking.now += 15
-    second = control.tick()
-    assert "warming-up" not in [line["reason"] for line in second] and len(source.ranges) == 18
+    control.tick()
+    assert control.runtime["llm/b"].warmed and len(source.ranges) == 7  # b's three asked afresh
 
 
 def test_workloads_that_read_no_history_or_may_sleep_at_zero_are_warmed_first() -> None:
     ticking = Clock()
-    source = HistorySource(clock=ticking, seconds=3.0)  # one warm-up (three queries) spends the tick's 7.5 s
+    source = HistorySource(clock=ticking, seconds=1.5)  # b's five queries spend the tick's 7.5 s
     source.values = {"a": 12.0, "b": 0.0, "c": 12.0, "gateway": 2.0}
     workloads = [
         workload_doc(
