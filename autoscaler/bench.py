@@ -16,11 +16,11 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
   is written with, ticking back to back from its start until every workload has read its history
   (``autoscaler.warm_up``) and decides: the ticks it takes, the longest, their wall time and Prometheus requests.
   Prometheus holds only the minutes the bench has run, so each range query's answer is short; a day of samples
-  adds ``warm_up_day_s`` a workload.
+  adds the replay of ``warm_up_s`` (an hour) for every hour a workload's slo window holds.
 * ``decisions_per_s``: the pure decision pipeline; ``history_entries_after_day``: what one workload's
   behavior history holds after a day of 15 s ticks (bounded by the windows, not by time).
-* ``warm_up_day_s``: the replay of a day of history into the policy a file given only an slo is written with
-  (``bench_warm_up``), what a starting daemon spends per such workload before its first decision.
+* ``warm_up_s``: the replay of an hour of history (the slo's window) into the policy a file given only an slo is
+  written with (``bench_warm_up``), what a starting daemon spends per such workload before its first decision.
 """
 
 from __future__ import annotations
@@ -344,9 +344,9 @@ def bench_pipeline(seed: int) -> dict[str, Any]:
     return results
 
 
-class _DayOfHistory:
-    """A metric source whose every range query answers a day of samples (``bench_warm_up``): positive, varying
-    values, as a loaded workload's series would be."""
+class _History:
+    """A metric source whose every range query is answered whole (``bench_warm_up``): positive, varying values,
+    as a loaded workload's series would be."""
 
     def __init__(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
@@ -364,9 +364,10 @@ class _DayOfHistory:
 
 
 def bench_warm_up(seed: int) -> dict[str, Any]:
-    """``warm_up_day_s``: one workload's warm-up (``autoscaler.warm_up``) of the policy ``simulate --write-config``
-    writes for a file given only an slo (``builtin.with_error_budget``): a day of history, its error budget's
-    window, read as the warm-up reads it (``spans``) and replayed through ``predictive``. Prometheus's answers
+    """``warm_up_s``: one workload's warm-up (``autoscaler.warm_up``) of the policy ``simulate --write-config``
+    writes for a file given only an slo (``builtin.with_error_budget``): an hour of history, the slo's window its
+    error budget is counted over and the rises' memory, read as the warm-up reads it (``spans``) and replayed
+    through ``predictive``. Prometheus's answers
     are stubbed, so it is the daemon's CPU alone, what a starting daemon spends per such workload before its first
     tick's decisions."""
     from autoscaler.warm_up import warm_up
@@ -382,8 +383,8 @@ def bench_warm_up(seed: int) -> dict[str, Any]:
     policy = document.decider(document.workloads[0]).policy
     wall = time.time()
     started = time.perf_counter()
-    outcome = warm_up(document.workloads[0], policy, _DayOfHistory(seed), wall, 0.0, float(document.interval))
-    return {"warm_up_day_s": round(time.perf_counter() - started, 3), "warm_up_day_samples": outcome.samples}
+    outcome = warm_up(document.workloads[0], policy, _History(seed), wall, 0.0, float(document.interval))
+    return {"warm_up_s": round(time.perf_counter() - started, 3), "warm_up_samples": outcome.samples}
 
 
 def main() -> int:

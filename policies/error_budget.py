@@ -17,7 +17,7 @@ have a lighter tail than the Azure hour's (``python -m simulations.miss_estimate
 "Counting the misses from the histogram's sum"). A minute whose mean is a tenth of a 2 s SLO misses about
 1 %, one whose mean is 1.2 times the SLO half.
 
-``BudgetLedger`` adds them up over a window (a day by default), so that ``predictive`` with
+``BudgetLedger`` adds them up over the slo's window (an hour by default), so that ``predictive`` with
 ``learnedHeadroom.budget`` can hand back, as the budget burns, the headroom it learned to do without
 (``returned``).
 """

@@ -102,9 +102,13 @@ class ErrorBudgetParams(StrictModel):
         gt=0,
         description="an idle replica's prefill speed: a request's own prefill is its prompt over it",
     )
-    window_seconds: Seconds = Field(
-        default=86_400.0, alias="windowSeconds", gt=0, description="how long a miss counts against the budget"
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _window_moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and ("windowSeconds" in data or "window_seconds" in data):
+            raise ValueError("windowSeconds moved to the workload's slo.windowSeconds, the budget's window")
+        return data
 
 
 # With a budget, the rises of the last hour over a prior of 20 minutes: a surge after calm hours spends budget
@@ -400,17 +404,19 @@ class PredictivePolicy:
     @property
     def history_seconds(self) -> float:
         """How much of the past this policy's state is built from, what a starting daemon replays into it
-        (``autoscaler.warm_up``): what it needs tick by tick (``detail_seconds``), and with a ``budget`` its window."""
+        (``autoscaler.warm_up``): what it needs tick by tick (``detail_seconds``), and with a ``budget`` the slo's
+        window, which the budget is counted over."""
         learned = self.params.learned_headroom
-        budget = learned.budget.window_seconds if learned is not None and learned.budget is not None else 0.0
-        return max(self.detail_seconds, budget)
+        slo = self.ctx.slo
+        spends = learned is not None and learned.budget is not None and slo is not None
+        return max(self.detail_seconds, float(slo.window_seconds) if spends and slo is not None else 0.0)
 
     @property
     def detail_seconds(self) -> float:
         """The recent part of ``history_seconds`` the state needs tick by tick: the trend's window and the rises'
         memory. Before it, the budget's ledger alone reads the past, and a tick counts up to ``coarse_intervals``
         of first tokens, so ``autoscaler.warm_up`` reads that part so much coarser: 1,620 ticks in place of 5,760
-        for a day's budget with an hour's memory, the same misses counted (tests/test_warm_up.py)."""
+        for an slo counted over a day with an hour's memory, the same misses counted (tests/test_warm_up.py)."""
         learned = self.params.learned_headroom
         return self.trend_window if learned is None else max(self.trend_window, learned.memory_seconds)
 
@@ -444,10 +450,12 @@ class PredictivePolicy:
     def _count_budget(self, observation: Observation, budget: ErrorBudgetParams, details: dict[str, object]) -> None:
         """Add this tick's first tokens and estimated misses to the ledger: the last minute's rates over the time
         since the last tick (at most four intervals: a gap is not a minute's rate held for an hour)."""
-        ledger = self.state.budget
-        if ledger is None or ledger.window != budget.window_seconds:
-            self.state.budget = ledger = BudgetLedger(budget.window_seconds)
         slo = self.ctx.slo
+        if slo is None:
+            return
+        ledger = self.state.budget
+        if ledger is None or ledger.window != slo.window_seconds:
+            self.state.budget = ledger = BudgetLedger(float(slo.window_seconds))
         firsts = observation.value(FIRST_TOKENS_RATE)
         mean = mean_beyond_prefill(
             observation.value(TTFT_SECONDS_RATE),
@@ -456,7 +464,7 @@ class PredictivePolicy:
             budget.prefill_tokens_per_second,
         )
         last = ledger.last
-        if slo is None or mean is None or firsts is None or (last is not None and observation.now <= last):
+        if mean is None or firsts is None or (last is not None and observation.now <= last):
             return
         elapsed = (
             self.ctx.interval

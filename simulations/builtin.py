@@ -130,7 +130,7 @@ def with_error_budget(
     document: dict[str, Any], model: ReplicaModel, slo_ttft: float, slo_target: float
 ) -> dict[str, Any]:
     """The built-in document (``builtin_document``) with the SLO it is sized for and predictive's headroom
-    learned over the last hour, handed back to the configured one as the day's error budget burns, counted with
+    learned over the last hour, handed back to the configured one as the slo's error budget burns, counted with
     ``model``'s idle prefill speed (``learnedHeadroom.budget``).
 
     On every matrix set it met the SLO wherever the configured headroom alone did, and for 1.5 to 3.8 % fewer

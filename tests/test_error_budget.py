@@ -4,6 +4,7 @@ headroom handed back as they spend the budget (``learnedHeadroom.budget``)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -102,6 +103,16 @@ def test_a_healthy_budget_keeps_the_learned_headroom_and_a_burnt_one_hands_it_ba
     assert used == 0.0 and healthy < 0.05
     burnt, used = _headroom_after(2.4)
     assert used == pytest.approx(50.0, rel=0.01) and burnt == pytest.approx(0.6)
+
+
+def test_the_budget_is_counted_over_the_slos_window_and_names_the_move() -> None:
+    slo = {"ttftSeconds": 2, "target": 0.99, "windowSeconds": 7200}
+    workload = parse_policy_document(workload_doc(policy=BUDGET, slo=slo)).workloads[0]
+    policy: Any = workload.build_policy(15)
+    assert policy.history_seconds == 7200
+    moved = {**BUDGET, "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "windowSeconds": 86_400}}}
+    with pytest.raises(PolicyFileError, match=r"budget: windowSeconds moved to the workload's slo.windowSeconds"):
+        parse_policy_document(workload_doc(policy=moved, slo=slo))
 
 
 def test_a_budget_needs_the_workloads_slo() -> None:

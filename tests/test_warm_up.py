@@ -129,18 +129,20 @@ def test_a_policy_that_keeps_no_history_reads_none() -> None:
     assert source.asked == []
 
 
-def test_a_budget_reads_its_window_of_the_histograms_sum_and_count_back() -> None:
-    """A restart does not forget the misses that spent the day's budget: the TTFT histogram's rates are read
-    back with the rest, and the ledger holds the same day as before."""
-    budget = {"priorSeconds": 1200, "memorySeconds": 3600, "budget": {"prefillTokensPerSecond": 1000}}
+@pytest.mark.parametrize("window", [None, 86_400])
+def test_a_budget_reads_its_window_of_the_histograms_sum_and_count_back(window: int | None) -> None:
+    """A restart does not forget the misses that spent the budget: the TTFT histogram's rates are read back with
+    the rest over the slo's window (an hour unless it says otherwise), and the ledger holds it as before."""
+    budget = {"budget": {"prefillTokensPerSecond": 1000}}
     metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}}]
-    slo = {"ttftSeconds": 2, "target": 0.99}
+    slo = {"ttftSeconds": 2, "target": 0.99, **({"windowSeconds": window} if window else {})}
     document = workload_doc(
         metrics=metrics, maxReplicas=40, slo=slo, policy={"type": "predictive", "learnedHeadroom": budget}
     )
     workload = parse_policy_document(document).workloads[0]
     policy = parse_policy_document(document).decider(workload).policy
-    assert isinstance(policy, PredictivePolicy) and history_seconds(policy) == 86_400
+    seconds = window or 3600
+    assert isinstance(policy, PredictivePolicy) and history_seconds(policy) == seconds
     series = {
         "prompt_tokens_per_second": lambda t: 3000,  # 6 first tokens a second of 500 tokens: 0.5 s own prefill
         FIRST_TOKENS_RATE: lambda t: 6.0,
@@ -151,24 +153,24 @@ def test_a_budget_reads_its_window_of_the_histograms_sum_and_count_back() -> Non
     outcome = warm_up(workload, policy, source, WALL, TO_NOW, 15.0)
     assert outcome.failed == [] and {FIRST_TOKENS_RATE, TTFT_SECONDS_RATE} <= {name for name, *_ in source.asked}
     ledger = policy.state.budget
-    assert ledger is not None and ledger.first_tokens > 0.95 * 6.0 * 86_400
+    assert ledger is not None and ledger.first_tokens > 0.95 * 6.0 * seconds
     assert ledger.used(0.99) == pytest.approx(50.0, rel=0.01) and policy.headroom == pytest.approx(0.6)
 
 
 def test_a_budgets_day_before_the_rises_memory_is_read_coarser_and_counts_the_same(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Before the last hour (the rises' memory) only the ledger reads the past, a tick counting up to four
-    intervals of first tokens: so the day is read a minute apart, and the hour 15 s apart, and the state is the
-    one a tick-by-tick replay builds."""
+    """An slo counted over a day: before the last hour (the rises' memory) only the ledger reads the past, a tick
+    counting up to four intervals of first tokens, so the day is read a minute apart, and the hour 15 s apart, and
+    the state is the one a tick-by-tick replay builds."""
     import math
 
-    budget = {"priorSeconds": 1200, "memorySeconds": 3600, "budget": {"prefillTokensPerSecond": 1000}}
+    budget = {"budget": {"prefillTokensPerSecond": 1000}}
     metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}}]
     document = workload_doc(
         metrics=metrics,
         maxReplicas=40,
-        slo={"ttftSeconds": 2, "target": 0.99},
+        slo={"ttftSeconds": 2, "target": 0.99, "windowSeconds": 86_400},
         policy={"type": "predictive", "learnedHeadroom": budget},
     )
     workload = parse_policy_document(document).workloads[0]
