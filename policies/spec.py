@@ -231,8 +231,8 @@ class Slo(StrictModel):
         alias="windowSeconds",
         ge=60,
         le=30 * 86400,
-        description="the window the share is counted over; simulate counts the whole trace, the controller does "
-        "not act on it (a burn-rate control was measured and left out: docs/findings.md)",
+        description="the window the share is counted over: predictive's learnedHeadroom.budget counts its misses "
+        "over it; simulate judges the whole trace",
     )
 
 
