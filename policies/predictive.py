@@ -406,10 +406,10 @@ class PredictivePolicy:
         """How much of the past this policy's state is built from, what a starting daemon replays into it
         (``autoscaler.warm_up``): what it needs tick by tick (``detail_seconds``), and with a ``budget`` the slo's
         window, which the budget is counted over."""
-        learned = self.params.learned_headroom
-        slo = self.ctx.slo
-        spends = learned is not None and learned.budget is not None and slo is not None
-        return max(self.detail_seconds, float(slo.window_seconds) if spends and slo is not None else 0.0)
+        learned, slo = self.params.learned_headroom, self.ctx.slo
+        if learned is None or learned.budget is None or slo is None:
+            return self.detail_seconds
+        return max(self.detail_seconds, float(slo.window_seconds))
 
     @property
     def detail_seconds(self) -> float:
