@@ -99,7 +99,7 @@ def _identity(kube: KubeServer, home: str, namespaces: list[str], name: str) -> 
     return token
 
 
-def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int = 15, **extra: Any) -> dict[str, Any]:
+def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int = 15) -> dict[str, Any]:
     return {
         "interval": interval,
         "prometheus": {"url": prometheus_url, "timeout": 10},
@@ -112,18 +112,24 @@ def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int =
                     {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
                     {"name": "kv_cache_usage_perc", "target": {"type": "Value", "value": 0.85}},
                 ],
-                **extra,
             }
             for namespace, name in targets
         ],
     }
 
 
-# The policy a file given only an slo is written with (``builtin.with_error_budget``): a day's history to warm.
-BUDGET_WORKLOAD: dict[str, Any] = {
-    "slo": {"ttftSeconds": 2, "target": 0.99},
-    "policy": {"type": "predictive", "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 976.6}}},
-}
+def _slo_written(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with each workload given the slo and the predictive block ``simulate --write-config`` writes
+    for a file given only an slo (``builtin.with_error_budget``, the built-in replica at 2 s and 99 %)."""
+    from simulations.builtin import with_error_budget
+    from simulations.replica_model import ReplicaModel
+
+    model = ReplicaModel()
+    workloads = [
+        with_error_budget({"workloads": [{**w, "policy": {"type": "predictive"}}]}, model, 2.0, 0.99)["workloads"][0]
+        for w in document["workloads"]
+    ]
+    return {**document, "workloads": workloads}
 
 
 def bench_first_ticks(controller: Any) -> dict[str, Any]:
@@ -185,7 +191,7 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
             "tick_1000_scale_writes": writes,
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
-        budget = parse_policy_document(_policy(prometheus.url, _workloads(count), **BUDGET_WORKLOAD))
+        budget = parse_policy_document(_slo_written(_policy(prometheus.url, _workloads(count))))
         return figures | bench_first_ticks(Controller(None, budget, source, DryRunActuator(actuator)))
     finally:
         prometheus.stop()
@@ -365,21 +371,18 @@ class _History:
 
 def bench_warm_up(seed: int) -> dict[str, Any]:
     """``warm_up_s``: one workload's warm-up (``autoscaler.warm_up``) of the policy ``simulate --write-config``
-    writes for a file given only an slo (``builtin.with_error_budget``): an hour of history, the slo's window its
-    error budget is counted over and the rises' memory, read as the warm-up reads it (``spans``) and replayed
-    through ``predictive``. Prometheus's answers
-    are stubbed, so it is the daemon's CPU alone, what a starting daemon spends per such workload before its first
-    tick's decisions."""
+    writes for a file given only an slo (``_slo_written``): an hour of history, the slo's window its error budget
+    is counted over and the rises' memory, read as the warm-up reads it (``spans``) and replayed through
+    ``predictive``. Prometheus's answers are stubbed, so it is the daemon's CPU alone, what a starting daemon
+    spends per such workload before its first tick's decisions."""
     from autoscaler.warm_up import warm_up
     from policies.policy_file import parse_policy_document
-    from simulations.builtin import with_error_budget
-    from simulations.replica_model import ReplicaModel
 
     raw = _policy("http://unused:9090", [("llm", "vllm")])
     workload = raw["workloads"][0]
     del workload["metrics"]
-    workload.update(capacity={"promptTokensPerSecond": 500, "runningRequests": 11}, policy={"type": "predictive"})
-    document = parse_policy_document(with_error_budget(raw, ReplicaModel(), 2.0, 0.99))
+    workload["capacity"] = {"promptTokensPerSecond": 500, "runningRequests": 11}
+    document = parse_policy_document(_slo_written(raw))
     policy = document.decider(document.workloads[0]).policy
     wall = time.time()
     started = time.perf_counter()
