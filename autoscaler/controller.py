@@ -304,16 +304,16 @@ class Controller:
         for index, runtime in enumerate(pending):
             key = runtime.workload.key
             try:
-                policy = runtime.decider.policy
-                history = runtime.history or HistoryRead(runtime.workload, policy, wall, now - wall, self.interval)
-                runtime.history = history
+                runtime.history = history = runtime.history or HistoryRead(
+                    runtime.workload, runtime.decider.policy, wall, now - wall, self.interval
+                )
                 while not history.done:
                     if asked and self.decision_clock() >= deadline:
                         log.info("warm-up-deferred", workloads=len(pending) - index)
                         return
                     history.read_next(self.source)
                     asked += 1
-                outcome = history.replay(policy)
+                outcome = history.replay()
             except Exception as exc:  # one workload's fault never stalls the others: it decides on what it has
                 log.warning("warm-up-incomplete", workload=key, detail=repr(exc)[:300])
             else:

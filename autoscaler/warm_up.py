@@ -57,12 +57,13 @@ def spans(policy: Policy, interval: float) -> list[tuple[float, float, float]]:
 
 class HistoryRead:
     """One workload's history, read one range query at a time (``read_next``) so that a controller can spread
-    the reading over ticks, then passed through its policy (``replay``). The parts are fixed when it starts:
+    the reading over ticks, then passed through the policy it was planned for (``replay``). The parts are fixed
+    when it starts:
     reading them over several ticks leaves a gap of those ticks before the first live one, which the policy's
     state takes as it takes a missed scrape."""
 
     def __init__(self, workload: Workload, policy: Policy, wall: float, to_now: float, interval: float) -> None:
-        self.workload, self.wall, self.to_now = workload, wall, to_now
+        self.workload, self.policy, self.wall, self.to_now = workload, policy, wall, to_now
         self.parts = [
             (name, query, part) for name, query in series_queries(workload).items() for part in spans(policy, interval)
         ]
@@ -90,15 +91,15 @@ class HistoryRead:
             self.failed["not asked"] = f"{left} more {'query' if left == 1 else 'queries'}"
             self.next = len(self.parts)
 
-    def replay(self, policy: Policy) -> WarmUp:
-        """Pass what was read through ``policy.recommend``, a tick per sample. A sample without the count asked
+    def replay(self) -> WarmUp:
+        """Pass what was read through the policy's ``recommend``, a tick per sample. A sample without the count asked
         for is skipped: it is what a policy's demand is measured against."""
         outcome = WarmUp(failed=[f"{name}: {why}" for name, why in self.failed.items()])
         for stamp in sorted(self.rows):
             row = self.rows[stamp]
             if (current := row.get(REPLICAS)) is None:
                 continue
-            policy.recommend(recorded_observation(self.workload, row, stamp + self.to_now, round(current)))
+            self.policy.recommend(recorded_observation(self.workload, row, stamp + self.to_now, round(current)))
             outcome.samples += 1
         return outcome
 
@@ -112,4 +113,4 @@ def warm_up(
     history = HistoryRead(workload, policy, wall, to_now, interval)
     while not history.done:
         history.read_next(source)
-    return history.replay(policy)
+    return history.replay()
