@@ -61,7 +61,7 @@ from pydantic import Field, model_validator
 
 from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics, usable
 from policies.capacity import CapacityLearner
-from policies.error_budget import BudgetLedger, mean_beyond_prefill, miss_share, returned
+from policies.error_budget import BudgetLedger, ledger_window, mean_beyond_prefill, returned
 from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, TTFT_SLO
 from policies.replica_calculator import demand_in_replicas
 from policies.rise_history import RiseHistory
@@ -107,7 +107,9 @@ class ErrorBudgetParams(StrictModel):
     @classmethod
     def _window_moved(cls, data: Any) -> Any:
         if isinstance(data, dict) and ("windowSeconds" in data or "window_seconds" in data):
-            raise ValueError("windowSeconds moved to the workload's slo.windowSeconds, the budget's window")
+            raise ValueError(
+                "windowSeconds moved to the workload's slo.windowSeconds (the budget counts over it, a day at least)"
+            )
         return data
 
 
@@ -404,12 +406,12 @@ class PredictivePolicy:
     @property
     def history_seconds(self) -> float:
         """How much of the past this policy's state is built from, what a starting daemon replays into it
-        (``autoscaler.warm_up``): what it needs tick by tick (``detail_seconds``), and with a ``budget`` the slo's
-        window, which the budget is counted over."""
+        (``autoscaler.warm_up``): what it needs tick by tick (``detail_seconds``), and with a ``budget`` the window
+        the budget is counted over (``error_budget.ledger_window``: the slo's, a day at least)."""
         learned, slo = self.params.learned_headroom, self.ctx.slo
         if learned is None or learned.budget is None or slo is None:
             return self.detail_seconds
-        return max(self.detail_seconds, float(slo.window_seconds))
+        return max(self.detail_seconds, ledger_window(float(slo.window_seconds)))
 
     @property
     def detail_seconds(self) -> float:
@@ -454,8 +456,9 @@ class PredictivePolicy:
         if slo is None:
             return
         ledger = self.state.budget
-        if ledger is None or ledger.window != slo.window_seconds:
-            self.state.budget = ledger = BudgetLedger(float(slo.window_seconds))
+        window = ledger_window(float(slo.window_seconds))
+        if ledger is None or ledger.window != window:
+            self.state.budget = ledger = BudgetLedger(window)
         firsts = observation.value(FIRST_TOKENS_RATE)
         mean = mean_beyond_prefill(
             observation.value(TTFT_SECONDS_RATE),
@@ -471,8 +474,7 @@ class PredictivePolicy:
             if last is None
             else min(observation.now - last, self.coarse_intervals * self.ctx.interval)
         )
-        tokens = firsts * elapsed
-        ledger.record(observation.now, tokens, tokens * miss_share(mean, slo.ttft_seconds))
+        ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds)
         details["budget_used"] = round(ledger.used(slo.target), 4)
 
     @property
