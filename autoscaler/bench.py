@@ -16,10 +16,10 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
   is written with, ticking back to back from its start until every workload has read its history
   (``autoscaler.warm_up``) and decides: the ticks it takes, the longest, their wall time and Prometheus requests.
   Prometheus holds only the minutes the bench has run, so each range query's answer is short; a day of samples
-  adds the replay of ``warm_up_s`` (an hour) for every hour a workload's slo window holds.
+  adds the replay of ``warm_up_s`` (a day, the budget's window) for every workload.
 * ``decisions_per_s``: the pure decision pipeline; ``history_entries_after_day``: what one workload's
   behavior history holds after a day of 15 s ticks (bounded by the windows, not by time).
-* ``warm_up_s``: the replay of an hour of history (the slo's window) into the policy a file given only an slo is
+* ``warm_up_s``: the replay of a day of history (the budget's window) into the policy a file given only an slo is
   written with (``bench_warm_up``), what a starting daemon spends per such workload before its first decision.
 """
 
@@ -371,10 +371,10 @@ class _History:
 
 def bench_warm_up(seed: int) -> dict[str, Any]:
     """``warm_up_s``: one workload's warm-up (``autoscaler.warm_up``) of the policy ``simulate --write-config``
-    writes for a file given only an slo (``_slo_written``): an hour of history, the slo's window its error budget
-    is counted over and the rises' memory, read as the warm-up reads it (``spans``) and replayed through
-    ``predictive``. Prometheus's answers are stubbed, so it is the daemon's CPU alone, what a starting daemon
-    spends per such workload before its first tick's decisions."""
+    writes for a file given only an slo (``_slo_written``): a day of history, the window its error budget is
+    counted over (the slo's, a day at least), the rises' hour read finer, as the warm-up reads it (``spans``) and
+    replayed through ``predictive``. Prometheus's answers are stubbed, so it is the daemon's CPU alone, what a
+    starting daemon spends per such workload before its first tick's decisions."""
     from autoscaler.warm_up import warm_up
     from policies.policy_file import parse_policy_document
 
