@@ -58,9 +58,8 @@ def spans(policy: Policy, interval: float) -> list[tuple[float, float, float]]:
 class HistoryRead:
     """One workload's history, read one range query at a time (``read_next``) so that a controller can spread
     the reading over ticks, then passed through the policy it was planned for (``replay``). The parts are fixed
-    when it starts:
-    reading them over several ticks leaves a gap of those ticks before the first live one, which the policy's
-    state takes as it takes a missed scrape."""
+    when it starts: reading them over several ticks leaves a gap of those ticks before the first live one, which
+    the policy's state takes as it takes a missed scrape."""
 
     def __init__(self, workload: Workload, policy: Policy, wall: float, to_now: float, interval: float) -> None:
         self.workload, self.policy, self.wall, self.to_now = workload, policy, wall, to_now

@@ -232,7 +232,7 @@ class Slo(StrictModel):
         ge=60,
         le=30 * 86400,
         description="the window the share is counted over: predictive's learnedHeadroom.budget counts its misses "
-        "over it; simulate judges the whole trace",
+        "over it, a day at least; simulate judges the whole trace",
     )
 
 
