@@ -65,7 +65,7 @@ from policies.error_budget import BudgetLedger, ledger_window, mean_beyond_prefi
 from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, TTFT_SLO
 from policies.replica_calculator import demand_in_replicas
 from policies.rise_history import RiseHistory
-from policies.spec import Seconds, StrictModel
+from policies.spec import Seconds, StrictModel, refuse_moved
 from policies.threshold import tolerance_for
 
 SIGNIFICANCE = 3.0
@@ -105,12 +105,9 @@ class ErrorBudgetParams(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _window_moved(cls, data: Any) -> Any:
-        if isinstance(data, dict) and ("windowSeconds" in data or "window_seconds" in data):
-            raise ValueError(
-                "windowSeconds moved to the workload's slo.windowSeconds (the budget counts over it, a day at least)"
-            )
-        return data
+    def _moved(cls, data: Any) -> Any:
+        where = "the workload's slo.windowSeconds (the budget counts over it, a day at least)"
+        return refuse_moved(data, {"windowSeconds": where})
 
 
 # With a budget, the rises of the last hour over a prior of 20 minutes: a surge after calm hours spends budget
@@ -198,9 +195,7 @@ class PredictiveParams(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _moved(cls, data: Any) -> Any:
-        if isinstance(data, dict) and (moved := [k for k in MOVED_KEYS if k in data]):
-            raise ValueError("; ".join(f"{key} moved to {MOVED_KEYS[key]}" for key in moved))
-        return data
+        return refuse_moved(data, MOVED_KEYS)
 
 
 def with_settings(block: dict[str, Any], settings: dict[str, float]) -> dict[str, Any]:

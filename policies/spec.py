@@ -59,6 +59,14 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
 
+def refuse_moved(data: Any, moved: dict[str, str]) -> Any:
+    """A block's raw ``data`` unchanged, or one error naming where each key in ``moved`` went (a file written
+    for an earlier layout is told what to write, not only that the key is unknown)."""
+    if isinstance(data, dict) and (found := [key for key in moved if key in data]):
+        raise ValueError("; ".join(f"{key} moved to {moved[key]}" for key in found))
+    return data
+
+
 class TargetType(StrEnum):
     AVERAGE_VALUE = "AverageValue"
     VALUE = "Value"
