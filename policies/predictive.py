@@ -74,7 +74,6 @@ DEFAULT_HEADROOM = 0.6
 REFERENCE_HORIZON_S = 315.0  # the default cold start (300 s) and interval (15 s)
 LEARNED_SHARE = 0.8  # of the 90th-percentile rise less one: the headroom --tune found was about 0.7 of it
 SHORTEST_HORIZON_S = 150.0  # below it, the one-minute signals' own noise, not the drift, sets the headroom
-LEDGER_MOST_INTERVALS = 4  # first tokens a tick counts: at most this many intervals' (a gap is not a rate held)
 
 
 class TrendParams(StrictModel):
@@ -417,7 +416,8 @@ class PredictivePolicy:
         learned = self.params.learned_headroom
         return self.trend_window if learned is None else max(self.trend_window, learned.memory_seconds)
 
-    coarse_intervals: ClassVar[int] = LEDGER_MOST_INTERVALS
+    # The first tokens a tick counts: at most this many intervals' (a gap is not a rate held for an hour).
+    coarse_intervals: ClassVar[int] = 4
 
     @property
     def learns(self) -> bool:
