@@ -24,6 +24,7 @@ from simulations.matrix import (
     summary,
     write_report,
 )
+from simulations.sizing import tighter_than_reference
 
 
 def _row(name: str, static: int | None, variant: tuple[float, float] | None = None, least: int = 2) -> dict[str, Any]:
@@ -60,9 +61,17 @@ def test_summary_without_a_variant_counts_the_default_alone() -> None:
 
 
 def test_scenario_names_are_unique() -> None:
-    for which in ("short", "long", "bursty"):
+    for which in ("short", "long", "bursty", "tight"):
         names = [s.name for s in scenarios(which)]
         assert len(names) == len(set(names))
+
+
+def test_the_tight_set_runs_recorded_traffic_under_slos_tighter_than_the_targets_are_sized_for(
+    shared_trace: Path,
+) -> None:
+    tight = scenarios("tight")
+    assert tight and all(tighter_than_reference(s.slo_ttft, s.slo_target) for s in tight)
+    assert {s.name.split("@")[0] for s in tight} <= {f"servegen{day + 1}" for day in servegen_whole_days()} | {"azure"}
 
 
 def test_the_recorded_set_runs_every_servegen_day_without_a_gap_but_the_short_sets(shared_trace: Path) -> None:
