@@ -5,9 +5,7 @@ Issue 36 asks the policy to spend the SLO's error budget on purpose, which needs
 judges them: time to first token beyond the request's own prefill. The TTFT histogram's buckets cannot (its
 quantiles read the long prompts' own prefill as misses; docs/findings.md, "A capacity learned from the TTFT
 histogram"); its ``_sum`` and ``_count`` with the prompt-token counter give each minute's mean beyond prefill,
-and ``policies.error_budget.miss_share`` turns that into a share of the minute's first tokens: of the mean
-alone, and of the mean beyond the light floor of the minutes before it (``BudgetLedger.count``, what the policy
-counts).
+and ``policies.error_budget.miss_share`` turns that into a share of the minute's first tokens.
 
 Each case runs the built-in workload on a matrix scenario (sized and started as ``simulations.matrix`` does,
 from its ``--cache``) with a lowered headroom, so that minutes of every load occur. At the end of every minute
@@ -21,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from policies.error_budget import BudgetLedger, mean_beyond_prefill, miss_share
+from policies.error_budget import mean_beyond_prefill, miss_share
 from policies.policy_file import parse_policy_document
 from simulations.contenders import policy_contender, policy_variant
 from simulations.fleet import Fleet
@@ -63,8 +60,7 @@ class Minute:
     """One minute between two scrapes: the estimate a policy reads, and what the SLO judged."""
 
     mean_beyond: float
-    estimated_misses: float  # from the mean alone
-    floored_misses: float  # from the mean beyond the light floor, as the policy counts
+    estimated_misses: float
     first_tokens: int
     misses: int
 
@@ -92,19 +88,16 @@ def minute_counters(fleet: Fleet, now: float) -> Counters | None:
 def read_minutes(
     fleet: Fleet, counted: list[Counters], slo_ttft: float, prefill_tokens_per_second: float
 ) -> list[Minute]:
-    """For each minute of ``counted`` (in order), the estimates from the counters' increases, and the judged misses
-    among the first tokens between its two scrapes (the same requests the increases count)."""
+    """For each minute of ``counted``, the estimate from the counters' increases, and the judged misses among
+    the first tokens between its two scrapes (the same requests the increases count)."""
     met = slo_met(fleet, slo_ttft)
-    ledger = BudgetLedger(window=math.inf)
     minutes = []
     for start, end, ttft, count, prompt in counted:
         mean = mean_beyond_prefill(ttft, count, prompt, prefill_tokens_per_second)
         if mean is None:
             continue
-        floored = ledger.count(end, count, mean, slo_ttft)
         inside = (fleet.first_token > start) & (fleet.first_token <= end)
-        judged = int((~met[inside]).sum())
-        minutes.append(Minute(mean, count * miss_share(mean, slo_ttft), floored, int(inside.sum()), judged))
+        minutes.append(Minute(mean, count * miss_share(mean, slo_ttft), int(inside.sum()), int((~met[inside]).sum())))
     return minutes
 
 
@@ -137,11 +130,8 @@ def measure(
 
 def table(minutes: list[Minute]) -> list[str]:
     """The minutes by their estimated mean beyond prefill: the share of first tokens that missed, judged and
-    estimated from the mean alone and from the mean beyond the light floor."""
-    lines = [
-        "| mean beyond prefill (s) | minutes | first tokens | missed | the mean alone | with the floor |",
-        "|---|---|---|---|---|---|",
-    ]
+    estimated."""
+    lines = ["| mean beyond prefill (s) | minutes | first tokens | missed | estimated |", "|---|---|---|---|---|"]
     edges = (-np.inf, *BINS, np.inf)
     for low, high in itertools.pairwise(edges):
         inside = [m for m in minutes if low < m.mean_beyond <= high]
@@ -151,8 +141,7 @@ def table(minutes: list[Minute]) -> list[str]:
         label = f"up to {high:g}" if low == -np.inf else (f"over {low:g}" if high == np.inf else f"{low:g} to {high:g}")
         missed = sum(m.misses for m in inside) / tokens
         estimated = sum(m.estimated_misses for m in inside) / tokens
-        floored = sum(m.floored_misses for m in inside) / tokens
-        lines.append(f"| {label} | {len(inside)} | {tokens:,} | {missed:.2%} | {estimated:.2%} | {floored:.2%} |")
+        lines.append(f"| {label} | {len(inside)} | {tokens:,} | {missed:.2%} | {estimated:.2%} |")
     return lines
 
 
@@ -173,14 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         minutes, attainment = measure(trace, model, baseline.document, baseline.initial, scenario.slo_ttft, headroom)
         judged = sum(m.misses for m in minutes)
         estimated = sum(m.estimated_misses for m in minutes)
-        floored = sum(m.floored_misses for m in minutes)
         tokens = sum(m.first_tokens for m in minutes)
         if (which, name, headroom) == HELD_OUT[0]:
             body += ["Held out: runs the estimate's constants were not chosen on.", ""]
         body += [
             f"**{name}**, headroom {headroom:g} (SLO {scenario.slo_ttft:g} s): {tokens:,} first tokens, "
-            f"{judged:,} judged misses, {estimated:,.0f} estimated from the mean alone, {floored:,.0f} with the "
-            f"floor (attainment {attainment:.4f}).",
+            f"{judged:,} judged misses, {estimated:,.0f} estimated (attainment {attainment:.4f}).",
             "",
             *table(minutes),
             "",
@@ -192,10 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         intro = [
             "Each case: the built-in workload's `predictive` at the headroom given, on a matrix scenario. A row "
             "gathers the minutes whose estimated mean time to first token beyond own prefill falls in its range; "
-            "`missed` is the share of their first tokens the SLO judged late; `the mean alone` what "
-            "`policies.error_budget.miss_share` made of each minute's histogram sum and count, `with the floor` what "
-            "it made of the mean beyond the light floor of the minutes before (the 5th percentile of the last "
-            "hour's, at most a tenth of the SLO: `BudgetLedger.count`, what the policy counts; the module's "
+            "`missed` is the share of their first tokens the SLO judged late, `estimated` what "
+            "`policies.error_budget.miss_share` made of each minute's histogram sum and count (the module's "
             "docstring says how). A minute counts the first tokens between its first and last scrape, 45 s of it "
             "at the replicas' 15 s scrape interval, as `rate(...[1m])` does; so the first tokens are about three "
             "quarters of the run's requests.",

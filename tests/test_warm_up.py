@@ -146,7 +146,7 @@ def test_a_budget_reads_its_window_of_the_histograms_sum_and_count_back(window: 
     series = {
         "prompt_tokens_per_second": lambda t: 3000,  # 6 first tokens a second of 500 tokens: 0.5 s own prefill
         FIRST_TOKENS_RATE: lambda t: 6.0,
-        TTFT_SECONDS_RATE: lambda t: 6.0 * (0.5 + 2.6),  # 2.4 s beyond the light floor's 0.2 s: half miss
+        TTFT_SECONDS_RATE: lambda t: 6.0 * (0.5 + 2.4),  # 2.4 s beyond: half of them miss
         REPLICAS: lambda t: 8,
     }
     source = RangeSource(workload, series)
