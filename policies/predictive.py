@@ -106,7 +106,7 @@ class ErrorBudgetParams(StrictModel):
     @classmethod
     def _moved(cls, data: Any) -> Any:
         where = "the workload's slo.windowSeconds (the budget counts over it, a day at least)"
-        return refuse_moved(data, {"windowSeconds": where})
+        return refuse_moved(data, {"windowSeconds": where, "window_seconds": where})
 
 
 # With a budget, the rises of the last hour over a prior of 20 minutes: a surge after calm hours spends budget
