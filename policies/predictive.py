@@ -61,7 +61,14 @@ from pydantic import Field, model_validator
 
 from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics, usable
 from policies.capacity import CapacityLearner
-from policies.error_budget import BudgetLedger, ledger_window, mean_beyond_prefill, returned
+from policies.error_budget import (
+    PROMPT_LENGTH_SIGMA,
+    BudgetLedger,
+    ledger_window,
+    mean_beyond_prefill,
+    prefill_tail,
+    returned,
+)
 from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, TTFT_SLO
 from policies.replica_calculator import demand_in_replicas
 from policies.rise_history import RiseHistory
@@ -100,6 +107,14 @@ class ErrorBudgetParams(StrictModel):
         alias="prefillTokensPerSecond",
         gt=0,
         description="an idle replica's prefill speed: a request's own prefill is its prompt over it",
+    )
+    prompt_length_sigma: float = Field(
+        default=PROMPT_LENGTH_SIGMA,
+        alias="promptLengthSigma",
+        gt=0,
+        le=4,
+        description="the spread of the prompts' lengths, the standard deviation of their natural log (simulate "
+        "writes the trace's); unset, 1.0, a heavy tail that counts a long prompt's misses high",
     )
 
     @model_validator(mode="before")
@@ -455,21 +470,19 @@ class PredictivePolicy:
         if ledger is None or ledger.window != window:
             self.state.budget = ledger = BudgetLedger(window)
         firsts = observation.value(FIRST_TOKENS_RATE)
-        mean = mean_beyond_prefill(
-            observation.value(TTFT_SECONDS_RATE),
-            firsts,
-            observation.value(PROMPT_TOKENS),
-            budget.prefill_tokens_per_second,
-        )
+        prompt = observation.value(PROMPT_TOKENS)
+        speed = budget.prefill_tokens_per_second
+        mean = mean_beyond_prefill(observation.value(TTFT_SECONDS_RATE), firsts, prompt, speed)
         last = ledger.last
-        if mean is None or firsts is None or (last is not None and observation.now <= last):
+        if mean is None or not firsts or prompt is None or (last is not None and observation.now <= last):
             return
+        tail = prefill_tail(slo.ttft_seconds, prompt / firsts / speed, budget.prompt_length_sigma)
         elapsed = (
             self.ctx.interval
             if last is None
             else min(observation.now - last, self.coarse_intervals * self.ctx.interval)
         )
-        ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds)
+        ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
         details["budget_used"] = round(ledger.used(slo.target), 4)
 
     @property

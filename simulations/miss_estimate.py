@@ -12,13 +12,14 @@ from its ``--cache``) with a lowered headroom, so that minutes of every load occ
 the estimate is read from the scrapes of that minute, as a policy would read it, and set beside the requests
 whose first token came between the same two scrapes, judged as ``simulate`` judges them. The idle prefill
 speed is the replica model's (``ReplicaModel.idle_prefill_tokens_per_s``). The cases' first group is the
-one the estimate's two constants were chosen on, the second one it was not.
+one the estimate's three constants were chosen on, the second one they were not.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import multiprocessing as mp
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from policies.error_budget import mean_beyond_prefill, miss_share
+from policies.error_budget import mean_beyond_prefill, miss_share, prefill_tail
 from policies.policy_file import parse_policy_document
 from simulations.contenders import policy_contender, policy_variant
 from simulations.fleet import Fleet
@@ -36,22 +37,54 @@ from simulations.results import write_dated
 from simulations.runner import run, slo_met
 from simulations.traces import Trace
 
-CHOSEN_ON = (  # (matrix set, scenario, headroom): a low headroom, so that the minutes span light to overloaded
-    ("short", "day0@300", 0.2),
-    ("short", "day0@120,slo1s", 0.2),
-    ("short", "azure@300", 0.0),
-    ("short", "flat@300", 0.0),
-    ("recorded", "servegen11@300", 0.2),
-    ("bursty", "diurnal@300", 0.2),
+FAST = ("prefill_tokens_per_s=2500",)  # a replica that prefills 2.5 times the built-in one's speed
+
+
+@dataclass(frozen=True)
+class Case:
+    """A matrix scenario run at ``headroom`` (low, so that its minutes span light to overloaded), judged at
+    ``slo`` seconds (its own where ``None``), on the replica with ``replica``'s overrides."""
+
+    which: str
+    scenario: str
+    headroom: float
+    slo: float | None = None
+    replica: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        slo = "" if self.slo is None else f" judged at {self.slo:g} s"
+        return f"{self.scenario}{', fast replica' if self.replica else ''}{slo}"
+
+
+CHOSEN_ON = (
+    Case("short", "day0@300", 0.2),
+    Case("short", "day0@120,slo1s", 0.2),
+    Case("short", "azure@300", 0.0),
+    Case("short", "flat@300", 0.0),
+    Case("recorded", "servegen11@300", 0.2),
+    Case("bursty", "diurnal@300", 0.2),
+    Case("short", "day5@120", 0.2),
+    Case("short", "azure@60", 0.0),
+    Case("recorded", "servegen3@60", 0.0),
+    Case("bursty", "bursty3@300", 0.2),
+    Case("tight", "servegen11@120,slo1s", 0.2),
+    Case("tight", "servegen11@120,slo1s", 0.0),
 )
-"""The runs ``policies.error_budget.miss_share``'s shape and scale were chosen on."""
+"""The runs ``policies.error_budget.miss_share``'s three constants were chosen on."""
 HELD_OUT = (
-    ("short", "day5@120", 0.2),
-    ("short", "azure@60", 0.0),
-    ("recorded", "servegen3@60", 0.0),
-    ("bursty", "bursty3@300", 0.2),
+    Case("recorded", "servegen3@60", 0.0, slo=1.5),
+    Case("recorded", "servegen3@60", 0.0, slo=3.0),
+    Case("short", "day0@120", 0.2, slo=1.5),
+    Case("short", "day5@120", 0.0, slo=3.0),
+    Case("recorded", "servegen5@60", 0.2, slo=1.0),
+    Case("recorded", "servegen7@60", 0.2, slo=1.0),
+    Case("short", "azure@120", 0.2, slo=1.0),
+    Case("recorded", "servegen3@60", 0.2, slo=0.5, replica=FAST),
+    Case("recorded", "servegen3@60", 0.0, slo=1.0, replica=FAST),
+    Case("recorded", "servegen9@60", 0.0, slo=2.0, replica=FAST),
 )
-"""Runs it was not chosen on."""
+"""Runs they were not chosen on: other SLOs, other days, a faster replica."""
 BINS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0)  # seconds of mean beyond prefill, the table's rows' upper edges
 
 
@@ -86,18 +119,21 @@ def minute_counters(fleet: Fleet, now: float) -> Counters | None:
 
 
 def read_minutes(
-    fleet: Fleet, counted: list[Counters], slo_ttft: float, prefill_tokens_per_second: float
+    fleet: Fleet, counted: list[Counters], slo_ttft: float, prefill_tokens_per_second: float, sigma: float
 ) -> list[Minute]:
-    """For each minute of ``counted``, the estimate from the counters' increases, and the judged misses among
-    the first tokens between its two scrapes (the same requests the increases count)."""
+    """For each minute of ``counted``, the estimate from the counters' increases (as ``predictive`` makes it,
+    its prompts' lengths spread by ``sigma``), and the judged misses among the first tokens between its two
+    scrapes (the same requests the increases count)."""
     met = slo_met(fleet, slo_ttft)
     minutes = []
     for start, end, ttft, count, prompt in counted:
         mean = mean_beyond_prefill(ttft, count, prompt, prefill_tokens_per_second)
         if mean is None:
             continue
+        tail = prefill_tail(slo_ttft, prompt / count / prefill_tokens_per_second, sigma)
+        estimate = count * miss_share(mean, slo_ttft, tail)
         inside = (fleet.first_token > start) & (fleet.first_token <= end)
-        minutes.append(Minute(mean, count * miss_share(mean, slo_ttft), int(inside.sum()), int((~met[inside]).sum())))
+        minutes.append(Minute(mean, estimate, int(inside.sum()), int((~met[inside]).sum())))
     return minutes
 
 
@@ -125,7 +161,8 @@ def measure(
         return signals(fleet, now)
 
     result = run(trace, model, replace(contender, signals=reading), initial, slo_ttft, timeline=False)
-    return read_minutes(fleets[0], counted, slo_ttft, model.idle_prefill_tokens_per_s), result.slo_attainment
+    sigma = trace.prompt_length_sigma
+    return read_minutes(fleets[0], counted, slo_ttft, model.idle_prefill_tokens_per_s, sigma), result.slo_attainment
 
 
 def table(minutes: list[Minute]) -> list[str]:
@@ -149,41 +186,99 @@ def _scenario(which: str, name: str) -> Scenario:
     return next(s for s in scenarios(which) if s.name == name)
 
 
+@dataclass(frozen=True)
+class Measured:
+    case: Case
+    slo: float
+    target: float
+    minutes: list[Minute]
+    attainment: float
+
+    @property
+    def judged(self) -> int:
+        return sum(m.misses for m in self.minutes)
+
+    @property
+    def estimated(self) -> float:
+        return sum(m.estimated_misses for m in self.minutes)
+
+    @property
+    def budget_error(self) -> float:
+        """The count's error in the run's budgets: what it adds to, or takes from, ``budgetUsed``."""
+        tokens = sum(m.first_tokens for m in self.minutes)
+        return (self.estimated - self.judged) / max((1.0 - self.target) * tokens, 1.0)
+
+
+_CACHE = CACHE  # the matrix's cache, set by ``main`` before the workers fork
+
+
+def measure_case(case: Case) -> Measured:
+    scenario = replace(_scenario(case.which, case.scenario), replica=case.replica)
+    trace, model = scenario.trace(), scenario_model(scenario)
+    baseline = cached_baseline(scenario, trace, model, _CACHE)
+    slo = scenario.slo_ttft if case.slo is None else case.slo
+    minutes, attainment = measure(trace, model, baseline.document, baseline.initial, slo, case.headroom)
+    return Measured(case, slo, scenario.slo_target, minutes, attainment)
+
+
+def summary(measured: list[Measured]) -> list[str]:
+    lines = [
+        "| case | headroom | SLO (s) | attainment | judged misses | estimated | estimated / judged | error, budgets |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in measured:
+        ratio = f"{m.estimated / m.judged:.2f}" if m.judged else "-"
+        lines.append(
+            f"| {m.case.label} | {m.case.headroom:g} | {m.slo:g} | {m.attainment:.4f} | {m.judged:,} | "
+            f"{m.estimated:,.0f} | {ratio} | {m.budget_error:+.2f} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
+    global _CACHE
     parser = argparse.ArgumentParser(prog="python -m simulations.miss_estimate", description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=CACHE, help="the matrix's cache of sized scenarios")
     parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run at once, one process each")
     args = parser.parse_args(argv)
-    body: list[str] = []
-    for which, name, headroom in (*CHOSEN_ON, *HELD_OUT):
-        scenario = _scenario(which, name)
-        trace, model = scenario.trace(), scenario_model(scenario)
-        baseline = cached_baseline(scenario, trace, model, args.cache)
-        minutes, attainment = measure(trace, model, baseline.document, baseline.initial, scenario.slo_ttft, headroom)
-        judged = sum(m.misses for m in minutes)
-        estimated = sum(m.estimated_misses for m in minutes)
-        tokens = sum(m.first_tokens for m in minutes)
-        if (which, name, headroom) == HELD_OUT[0]:
-            body += ["Held out: runs the estimate's constants were not chosen on.", ""]
+    _CACHE = args.cache
+    cases = [*CHOSEN_ON, *HELD_OUT]
+    if args.jobs > 1:
+        with mp.get_context("fork").Pool(args.jobs) as pool:
+            measured = pool.map(measure_case, cases, chunksize=1)
+    else:
+        measured = [measure_case(case) for case in cases]
+    body = ["Chosen on:", "", *summary(measured[: len(CHOSEN_ON)]), ""]
+    body += [
+        "Held out: runs the estimate's constants were not chosen on.",
+        "",
+        *summary(measured[len(CHOSEN_ON) :]),
+        "",
+    ]
+    for m in measured:
         body += [
-            f"**{name}**, headroom {headroom:g} (SLO {scenario.slo_ttft:g} s): {tokens:,} first tokens, "
-            f"{judged:,} judged misses, {estimated:,.0f} estimated (attainment {attainment:.4f}).",
+            f"**{m.case.label}**, headroom {m.case.headroom:g} (SLO {m.slo:g} s): "
+            f"{sum(x.first_tokens for x in m.minutes):,} first tokens, {m.judged:,} judged misses, "
+            f"{m.estimated:,.0f} estimated (attainment {m.attainment:.4f}).",
             "",
-            *table(minutes),
+            *table(m.minutes),
             "",
         ]
-        print("\n".join(body[-(len(table(minutes)) + 3) :]), flush=True)
+    print("\n".join(body), flush=True)
     if args.report:
         given = sys.argv[1:] if argv is None else argv
         command = " ".join(["python -m simulations.miss_estimate", *given])
         intro = [
-            "Each case: the built-in workload's `predictive` at the headroom given, on a matrix scenario. A row "
-            "gathers the minutes whose estimated mean time to first token beyond own prefill falls in its range; "
-            "`missed` is the share of their first tokens the SLO judged late, `estimated` what "
-            "`policies.error_budget.miss_share` made of each minute's histogram sum and count (the module's "
-            "docstring says how). A minute counts the first tokens between its first and last scrape, 45 s of it "
-            "at the replicas' 15 s scrape interval, as `rate(...[1m])` does; so the first tokens are about three "
-            "quarters of the run's requests.",
+            "Each case: the built-in workload's `predictive` at the headroom given, on a matrix scenario, judged at "
+            "its SLO or the one given, on the built-in replica or the fast one (`prefill_tokens_per_s=2500`). A "
+            "row of a case's table gathers the minutes whose estimated mean time to first token beyond own "
+            "prefill falls in its range; `missed` is the share of their first tokens the SLO judged late, "
+            "`estimated` what `policies.error_budget.miss_share` made of each minute's histogram sum and count and "
+            "of the trace's prompts' spread (the module's docstring says how). `error, budgets` is the count's "
+            "error in units of the run's error budget: what it adds to `budgetUsed`. A minute counts the first "
+            "tokens between its first and last scrape, 45 s of it at the replicas' 15 s scrape interval, as "
+            "`rate(...[1m])` does; so the first tokens are about three quarters of the run's requests.",
             "",
         ]
         title = "SLO misses counted from the histogram"

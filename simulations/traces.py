@@ -156,6 +156,12 @@ class Trace:
         prompt = self.prompt_tokens.astype(float)
         return self.prefix.least_prefill(prompt) if self.prefix is not None else prompt
 
+    @cached_property
+    def prompt_length_sigma(self) -> float:
+        """The spread of the prompts' lengths, the standard deviation of their natural logarithm: what
+        ``learnedHeadroom.budget.promptLengthSigma`` tells the policy of a workload (``policies.error_budget``)."""
+        return float(np.std(np.log(np.maximum(self.prompt_tokens.astype(float), 1.0))))
+
     def busiest(self, window_s: float) -> float | None:
         """The prompt tokens arriving in the busiest ``window_s`` of the trace (any start, not aligned to a
         clock), as a multiple of what the trace's mean rate brings in that long; ``None`` for a window

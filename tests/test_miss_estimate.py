@@ -11,7 +11,7 @@ import pytest
 import simulations.miss_estimate as miss_estimate
 from simulations.fleet import Fleet
 from simulations.matrix import Scenario
-from simulations.miss_estimate import Minute, minute_counters, read_minutes, table
+from simulations.miss_estimate import Case, Minute, minute_counters, read_minutes, table
 from simulations.replica_model import ReplicaModel
 from simulations.traces import synthetic_day
 from tests.helpers import poisson_trace
@@ -29,7 +29,7 @@ def test_each_minute_counts_the_first_tokens_its_scrapes_count() -> None:
             counted.append(minute)
         now += model.step_s
     speed = 1.0 / float(model.idle_prefill_s(np.array([1.0]))[0])
-    minutes = read_minutes(fleet, counted, 2.0, speed)
+    minutes = read_minutes(fleet, counted, 2.0, speed, fleet.trace.prompt_length_sigma)
     assert minutes and [m.first_tokens for m in minutes] == [int(c[3]) for c in counted if c[3] > 0]
     assert sum(m.misses for m in minutes) == 0
     assert sum(m.estimated_misses for m in minutes) < 0.01 * sum(m.first_tokens for m in minutes)
@@ -49,11 +49,12 @@ def test_the_command_writes_a_dated_report_from_the_matrixs_cache(
 ) -> None:
     tiny = Scenario("quarter@60", partial(synthetic_day, 0, 2.0, 0.25, 1), 60)
     monkeypatch.setattr(miss_estimate, "scenarios", lambda which: [tiny])
-    monkeypatch.setattr(miss_estimate, "CHOSEN_ON", (("short", "quarter@60", 0.0),))
-    monkeypatch.setattr(miss_estimate, "HELD_OUT", (("short", "quarter@60", 0.2),))
+    monkeypatch.setattr(miss_estimate, "CHOSEN_ON", (Case("short", "quarter@60", 0.0),))
+    monkeypatch.setattr(miss_estimate, "HELD_OUT", (Case("short", "quarter@60", 0.2, slo=1.0),))
     args = ["--cache", str(tmp_path / "cache"), "--report", str(tmp_path)]
     assert miss_estimate.main(args) == 0
     assert len(list((tmp_path / "cache").iterdir())) == 1  # sized once, then read back
     report = next(tmp_path.glob("*-miss-estimate.md")).read_text()
     assert "python -m simulations.miss_estimate --cache" in report and "Held out" in report
-    assert report.count("**quarter@60**") == 2
+    assert report.count("**quarter@60**") == 1 and report.count("**quarter@60 judged at 1 s**") == 1
+    assert report.count("| quarter@60") == 2  # a line of the summary each

@@ -87,7 +87,7 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
         "learnedHeadroom": {
             "priorSeconds": 1200.0,
             "memorySeconds": 3600.0,
-            "budget": {"prefillTokensPerSecond": 976.6},
+            "budget": {"prefillTokensPerSecond": 976.6, "promptLengthSigma": 0.5},  # the built-in lengths' spread
         },
         "headroom": round(0.6 * (615 / 315) ** 0.5, 4),
         "horizonSeconds": 615.0,
@@ -267,8 +267,12 @@ def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_d
     workload = yaml.safe_load(written.read_text())["workloads"][0]
     assert "metrics" not in workload and workload["capacity"]["promptTokensPerSecond"] > 0
     assert workload["policy"]["type"] == "predictive"
-    # The built-in's error budget, counted with the simulated replica's idle prefill speed, goes with it.
-    assert workload["policy"]["learnedHeadroom"]["budget"] == {"prefillTokensPerSecond": 976.6}
+    # The built-in's error budget, counted with the simulated replica's idle prefill speed and the spread of the
+    # trace's prompt lengths, goes with it.
+    assert workload["policy"]["learnedHeadroom"]["budget"] == {
+        "prefillTokensPerSecond": 976.6,
+        "promptLengthSigma": 0.5,
+    }
     assert (
         parse_policy_document(yaml.safe_load(written.read_text())).workloads[0].metrics[0].target.value
         == (workload["capacity"]["promptTokensPerSecond"])

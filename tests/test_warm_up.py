@@ -11,6 +11,7 @@ from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, VectorR
 from autoscaler.record import series_queries
 from autoscaler.warm_up import MAX_POINTS, history_seconds, warm_up
 from policies.base import Observation
+from policies.error_budget import PROMPT_LENGTH_SIGMA, miss_share, prefill_tail
 from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
 from policies.policy_file import Workload, parse_policy_document
 from policies.predictive import PredictivePolicy
@@ -146,7 +147,7 @@ def test_a_budget_reads_its_window_of_the_histograms_sum_and_count_back(window: 
     series = {
         "prompt_tokens_per_second": lambda t: 3000,  # 6 first tokens a second of 500 tokens: 0.5 s own prefill
         FIRST_TOKENS_RATE: lambda t: 6.0,
-        TTFT_SECONDS_RATE: lambda t: 6.0 * (0.5 + 2.4),  # 2.4 s beyond: half of them miss
+        TTFT_SECONDS_RATE: lambda t: 6.0 * (0.5 + 2.6),  # 2.6 s beyond: half of them miss, and a few more
         REPLICAS: lambda t: 8,
     }
     source = RangeSource(workload, series)
@@ -154,7 +155,8 @@ def test_a_budget_reads_its_window_of_the_histograms_sum_and_count_back(window: 
     assert outcome.failed == [] and {FIRST_TOKENS_RATE, TTFT_SECONDS_RATE} <= {name for name, *_ in source.asked}
     ledger = policy.state.budget
     assert ledger is not None and ledger.first_tokens > 0.95 * 6.0 * seconds
-    assert ledger.used(0.99) == pytest.approx(50.0, rel=0.01) and policy.headroom == pytest.approx(0.6)
+    spent = miss_share(2.6, 2.0, prefill_tail(2.0, 0.5, PROMPT_LENGTH_SIGMA)) / 0.01
+    assert ledger.used(0.99) == pytest.approx(spent, rel=0.01) and policy.headroom == pytest.approx(0.6)
 
 
 def test_a_budgets_day_before_the_rises_memory_is_read_coarser_and_counts_the_same(
