@@ -111,7 +111,7 @@ class ErrorBudgetParams(StrictModel):
     prompt_length_sigma: float = Field(
         default=PROMPT_LENGTH_SIGMA,
         alias="promptLengthSigma",
-        gt=0,
+        ge=0,
         le=4,
         description="the spread of the prompts' lengths, the standard deviation of their natural log (simulate "
         "writes the trace's); unset, 1.0, a heavy tail that counts a long prompt's misses high",

@@ -147,7 +147,7 @@ def with_error_budget(
         return document
     budget: dict[str, float] = {"prefillTokensPerSecond": round(model.idle_prefill_tokens_per_s, 1)}
     if trace is not None:
-        budget["promptLengthSigma"] = round(max(trace.prompt_length_sigma, 0.05), 2)
+        budget["promptLengthSigma"] = round(trace.prompt_length_sigma, 2)
     learned = {"budget": budget}
     slo = {"ttftSeconds": slo_ttft, "target": slo_target}
     changed = {**workload, "slo": workload.get("slo", slo), "policy": {**policy, "learnedHeadroom": learned}}

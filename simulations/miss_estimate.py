@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from policies.error_budget import mean_beyond_prefill, miss_share, prefill_tail
+from policies.error_budget import PROMPT_LENGTH_SIGMA, mean_beyond_prefill, miss_share, prefill_tail
 from policies.policy_file import parse_policy_document
 from simulations.contenders import policy_contender, policy_variant
 from simulations.fleet import Fleet
@@ -161,8 +161,14 @@ def measure(
         return signals(fleet, now)
 
     result = run(trace, model, replace(contender, signals=reading), initial, slo_ttft, timeline=False)
-    sigma = trace.prompt_length_sigma
+    sigma = budget_spread(workload.policy)
     return read_minutes(fleets[0], counted, slo_ttft, model.idle_prefill_tokens_per_s, sigma), result.slo_attainment
+
+
+def budget_spread(policy: dict[str, Any]) -> float:
+    """The prompts' spread a predictive block's budget is told (``promptLengthSigma``), or the one it assumes."""
+    budget = (policy.get("learnedHeadroom") or {}).get("budget") or {}
+    return float(budget.get("promptLengthSigma", PROMPT_LENGTH_SIGMA))
 
 
 def table(minutes: list[Minute]) -> list[str]:
@@ -275,10 +281,11 @@ def main(argv: list[str] | None = None) -> int:
             "row of a case's table gathers the minutes whose estimated mean time to first token beyond own "
             "prefill falls in its range; `missed` is the share of their first tokens the SLO judged late, "
             "`estimated` what `policies.error_budget.miss_share` made of each minute's histogram sum and count and "
-            "of the trace's prompts' spread (the module's docstring says how). `error, budgets` is the count's "
-            "error in units of the run's error budget: what it adds to `budgetUsed`. A minute counts the first "
-            "tokens between its first and last scrape, 45 s of it at the replicas' 15 s scrape interval, as "
-            "`rate(...[1m])` does; so the first tokens are about three quarters of the run's requests.",
+            "of the prompts' spread the budget is told, the trace's (the module's docstring says how). "
+            "`error, budgets` is the count's error in units of the run's error budget: what it adds to "
+            "`budgetUsed`. A minute counts the first tokens between its first and last scrape, 45 s of it at the "
+            "replicas' 15 s scrape interval, as `rate(...[1m])` does; so the first tokens are about three quarters "
+            "of the run's requests.",
             "",
         ]
         title = "SLO misses counted from the histogram"
