@@ -289,28 +289,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _signal_warnings(workload: Workload) -> list[str]:
     """What ``validate`` warns of in a valid workload: signals that cannot see what the SLO depends on, or
-    none yet (an slo alone: simulate measures the capacity, the daemon needs it), and an error budget that
-    guesses its prompts' spread."""
+    none yet (an slo alone: simulate measures the capacity, the daemon needs it)."""
     if workload.needs_capacity:
         return [
             "an slo and no metrics or capacity: simulate measures what one replica sustains within the slo "
             "(--write-config writes it as capacity); run, record and replay need it"
         ]
-    warnings = []
-    if blind_to_prefill([m.name for m in workload.metrics]):
-        warnings.append(
-            "its only signals are waiting requests or KV-cache usage, which do not see prefill load: with a large "
-            "max_num_seqs nothing waits while the time to first token grows inside the batch, and the KV gauge is "
-            "the busiest replica's reservation; add prompt_tokens_per_second (docs/findings.md)"
-        )
-    budget = (workload.policy.get("learnedHeadroom") or {}).get("budget")
-    if isinstance(budget, dict) and "promptLengthSigma" not in budget and "prompt_length_sigma" not in budget:
-        warnings.append(
-            "learnedHeadroom.budget has no promptLengthSigma: it counts the misses behind long prompts as for a "
-            "heavy tail (1.0), high where prompts are more even, and holds more headroom for it; simulate "
-            "--write-config on a recording of the traffic measures it (docs/policy-file.md)"
-        )
-    return warnings
+    if not blind_to_prefill([m.name for m in workload.metrics]):
+        return []
+    return [
+        "its only signals are waiting requests or KV-cache usage, which do not see prefill load: with a large "
+        "max_num_seqs nothing waits while the time to first token grows inside the batch, and the KV gauge is the "
+        "busiest replica's reservation; add prompt_tokens_per_second (docs/findings.md)"
+    ]
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

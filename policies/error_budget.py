@@ -18,9 +18,10 @@ parts (``miss_share``):
   that runs on longer than ``S``, so ``tail`` is the share of the prompts' own prefill time that lies beyond
   ``S`` into a prompt (``prefill_tail``). It comes from the minute's mean prompt (the prompt-token counter over
   the first tokens) and the spread of the workload's prompt lengths (``promptLengthSigma``, the standard
-  deviation of their logarithm: ServeGen's and the generator's 0.5, the Azure conversation hour's 1.0), read
-  as lognormal. A 2 s SLO is 1.7 mean prompts' prefill on the built-in replica: 5 % of ServeGen's prefill
-  time lies beyond it, 19 % of the Azure hour's, and at 1 s 27 %; light minutes miss about in that order.
+  deviation of their logarithm: ServeGen's and the generator's 0.5, the Azure conversation hour's 1.0; unset,
+  read from vLLM's prompt-length histogram, ``histogram.lognormal_spread``), read as lognormal. A 2 s SLO is
+  1.7 mean prompts' prefill on the built-in replica: 5 % of ServeGen's prefill time lies beyond it, 19 % of
+  the Azure hour's, and at 1 s 27 %; light minutes miss about in that order.
 
 The three constants were chosen on twelve runs (the Azure hour, the generator's days, the diurnal and bursty
 days, ServeGen's days, at SLOs of 1 and 2 s) as the least overcount that counts no run low by more than 5 % of
@@ -71,8 +72,9 @@ SHAPE = 2.0
 SCALE = 1.3
 LIGHT = 0.4
 PROMPT_LENGTH_SIGMA = 1.0
-"""The spread of prompt lengths a budget assumes unless told: the Azure conversation hour's (0.99), heavier than
-ServeGen's (0.5), so that a workload not measured counts a long prompt's misses high rather than low."""
+"""The spread of prompt lengths a budget counts by while it is neither told one nor shown a prompt-length
+histogram: the Azure conversation hour's (0.99), heavier than ServeGen's (0.5), so that a workload not measured
+counts a long prompt's misses high rather than low."""
 
 
 def prefill_tail(slo_seconds: float, mean_prefill_seconds: float, sigma: float) -> float:

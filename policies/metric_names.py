@@ -21,6 +21,13 @@ BUDGET_SIGNALS = (TTFT_SECONDS_RATE, FIRST_TOKENS_RATE, "prompt_tokens_per_secon
 ``_count`` over the last minute, and the prompt tokens'; not metrics a file scales on, but read for a workload
 whose ``predictive`` policy has a ``learnedHeadroom.budget``."""
 
+PROMPT_SPREAD = "prompt_length_sigma"
+"""The spread of the last hour's prompt lengths, the standard deviation of their log, read as lognormal from vLLM's
+``vllm:request_prompt_tokens`` histogram (``histogram.lognormal_spread``): read for a budget whose
+``promptLengthSigma`` is not given (``policies.error_budget.prefill_tail``)."""
+PROMPT_SPREAD_WINDOW_S = 3600
+"""The last hour's prompts: thousands at a request a second, where a minute's hundred leave the tail to chance."""
+
 BUILTIN_METRIC_NAMES = (
     "num_requests_waiting",
     "num_requests_running",

@@ -27,7 +27,7 @@ from pydantic import (
 from policies import registry
 from policies.base import Policy, WorkloadContext
 from policies.behavior import BehaviorState
-from policies.metric_names import BUDGET_SIGNALS, BUILTIN_METRIC_NAMES, TTFT_SLO
+from policies.metric_names import BUDGET_SIGNALS, BUILTIN_METRIC_NAMES, PROMPT_SPREAD, TTFT_SLO
 from policies.pipeline import WorkloadDecider
 from policies.spec import (
     DURATION_SCHEMA,
@@ -169,11 +169,15 @@ class Workload(StrictModel):
     @property
     def extra_signals(self) -> tuple[str, ...]:
         """What the policy reads beyond its metrics: the TTFT quantile a learned capacity is judged by, the
-        histogram rates the error budget is counted from (those its metrics do not already read)."""
+        histogram rates the error budget is counted from (those its metrics do not already read), and the prompts'
+        spread where its budget is not told it."""
         names = {m.name for m in self.metrics}
         extra = [TTFT_SLO] if self.learns_capacity else []
         if self.spends_budget:
             extra += [name for name in BUDGET_SIGNALS if name not in names]
+            budget = self.policy["learnedHeadroom"]["budget"]
+            if budget.get("promptLengthSigma", budget.get("prompt_length_sigma")) is None:
+                extra.append(PROMPT_SPREAD)  # not given: read from the prompt-length histogram
         return tuple(extra)
 
     @property

@@ -69,7 +69,7 @@ from policies.error_budget import (
     prefill_tail,
     returned,
 )
-from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, TTFT_SLO
+from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE, TTFT_SLO
 from policies.replica_calculator import demand_in_replicas
 from policies.rise_history import RiseHistory
 from policies.spec import Seconds, StrictModel, refuse_moved
@@ -108,13 +108,13 @@ class ErrorBudgetParams(StrictModel):
         gt=0,
         description="an idle replica's prefill speed: a request's own prefill is its prompt over it",
     )
-    prompt_length_sigma: float = Field(
-        default=PROMPT_LENGTH_SIGMA,
+    prompt_length_sigma: float | None = Field(
+        default=None,
         alias="promptLengthSigma",
         ge=0,
         le=4,
         description="the spread of the prompts' lengths, the standard deviation of their natural log (simulate "
-        "writes the trace's); unset, 1.0, a heavy tail that counts a long prompt's misses high",
+        "writes the trace's); unset, read from vLLM's prompt-length histogram, or 1.0 while it has none",
     )
 
     @model_validator(mode="before")
@@ -476,7 +476,7 @@ class PredictivePolicy:
         last = ledger.last
         if mean is None or not firsts or prompt is None or (last is not None and observation.now <= last):
             return
-        tail = prefill_tail(slo.ttft_seconds, prompt / firsts / speed, budget.prompt_length_sigma)
+        tail = prefill_tail(slo.ttft_seconds, prompt / firsts / speed, self._prompt_spread(observation, budget))
         elapsed = (
             self.ctx.interval
             if last is None
@@ -484,6 +484,15 @@ class PredictivePolicy:
         )
         ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
         details["budget_used"] = round(ledger.used(slo.target), 4)
+
+    @staticmethod
+    def _prompt_spread(observation: Observation, budget: ErrorBudgetParams) -> float:
+        """The prompts' spread as given, else as the prompt-length histogram shows it, else the heavy tail a
+        workload not measured is counted by (``error_budget.PROMPT_LENGTH_SIGMA``)."""
+        if budget.prompt_length_sigma is not None:
+            return budget.prompt_length_sigma
+        seen = observation.metrics.get(PROMPT_SPREAD)
+        return seen if seen is not None and usable(seen) and seen >= 0 else PROMPT_LENGTH_SIGMA
 
     @property
     def horizon(self) -> float:

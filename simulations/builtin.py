@@ -27,7 +27,7 @@ from simulations.sizing import (
     pooling_gain,
     tighter_than_reference,
 )
-from simulations.traces import Trace
+from simulations.traces import PROMPT_LOGNORMAL, Trace
 
 Note = Callable[[str, str], None]
 """Told a note and how it ends: a load test's note ends in ``""`` before the test and is finished after it."""
@@ -135,8 +135,8 @@ def with_error_budget(
 ) -> dict[str, Any]:
     """The built-in document (``builtin_document``) with the SLO it is sized for and predictive's headroom
     learned over the last hour, handed back to the configured one as the slo's error budget burns, counted with
-    ``model``'s idle prefill speed and the spread of the trace's prompt lengths (``learnedHeadroom.budget``;
-    without a trace the budget's default spread, which counts high).
+    ``model``'s idle prefill speed and the spread of the trace's prompt lengths, or without a trace of the
+    built-in lengths it is then sized for (``learnedHeadroom.budget``).
 
     On every matrix set it met the SLO wherever the configured headroom alone did, and for 1.5 to 3.8 % fewer
     GPU-hours (docs/findings.md, "The learned headroom, returned to the default as the counted budget
@@ -145,9 +145,11 @@ def with_error_budget(
     policy = workload["policy"]
     if policy.get("type") != "predictive":
         return document
-    budget: dict[str, float] = {"prefillTokensPerSecond": round(model.idle_prefill_tokens_per_s, 1)}
-    if trace is not None:
-        budget["promptLengthSigma"] = round(trace.prompt_length_sigma, 2)
+    spread = PROMPT_LOGNORMAL[1] if trace is None else trace.prompt_length_sigma
+    budget = {
+        "prefillTokensPerSecond": round(model.idle_prefill_tokens_per_s, 1),
+        "promptLengthSigma": round(spread, 2),
+    }
     learned = {"budget": budget}
     slo = {"ttftSeconds": slo_ttft, "target": slo_target}
     changed = {**workload, "slo": workload.get("slo", slo), "policy": {**policy, "learnedHeadroom": learned}}

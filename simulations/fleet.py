@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policies.histogram import TTFT_BUCKETS, histogram_quantile
+from policies.histogram import PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS, histogram_quantile, lognormal_spread
+from policies.metric_names import PROMPT_SPREAD_WINDOW_S
 from simulations.replica_model import ReplicaModel
 from simulations.traces import Trace, held_prefix
 
@@ -228,6 +229,10 @@ class Fleet:
         self.generation_tokens_total = 0.0
         self.ttft_counts = np.zeros(len(TTFT_BUCKETS) + 1)  # first tokens per bucket, not cumulative
         self.ttft_sum = 0.0  # the histogram's ``_sum``: every time to first token so far, added up
+        # ``vllm:request_prompt_tokens``, counted as each first token comes (vLLM counts a request as it finishes:
+        # over the hour it is read over, the two differ by the requests in flight); and its scrapes of the last hour.
+        self.prompt_counts = np.zeros(len(PROMPT_TOKEN_BUCKETS) + 1)
+        self.prompt_scrapes: deque[tuple[float, np.ndarray]] = deque()
         self.replica_seconds = 0.0
         self.left = 0  # requests finished or dropped: the gateway holds ``next_arrival - left`` open
         self.scrapes: deque[Scrape] = deque()
@@ -496,6 +501,8 @@ class Fleet:
             self.first_token[reqs] = at
             ttft = at - self.arrival[reqs]
             self.ttft_counts += np.bincount(np.searchsorted(TTFT_BUCKETS, ttft), minlength=len(self.ttft_counts))
+            lengths = np.searchsorted(PROMPT_TOKEN_BUCKETS, self.prompt[reqs])
+            self.prompt_counts += np.bincount(lengths, minlength=len(self.prompt_counts))
             self.ttft_sum += float(ttft.sum())
             self.generation_tokens_total += float(len(done))
             finished[done] = self.r_dec[done] <= 1e-9
@@ -535,6 +542,7 @@ class Fleet:
             self.first_token[req] = at
             ttft_one = at - float(self.arrival[req])
             self.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, ttft_one)] += 1
+            self.prompt_counts[bisect.bisect_left(PROMPT_TOKEN_BUCKETS, float(self.prompt[req]))] += 1
             self.ttft_sum += ttft_one
             self.generation_tokens_total += 1.0
             finished[i] = self.r_dec[i] <= 1e-9
@@ -603,6 +611,10 @@ class Fleet:
         self.last_scrape_at = now
         while self.scrapes and self.scrapes[0].at < now - max(RATE_WINDOW_S, self.model.staleness_s) - 1:
             self.scrapes.popleft()
+        if up:
+            self.prompt_scrapes.append((now, np.cumsum(self.prompt_counts)))
+        while self.prompt_scrapes and self.prompt_scrapes[0][0] < now - PROMPT_SPREAD_WINDOW_S:
+            self.prompt_scrapes.popleft()
 
     def latest_scrape(self, now: float) -> Scrape | None:
         if not self.scrapes or self.scrapes[-1].at < now - self.model.staleness_s:
@@ -630,6 +642,16 @@ class Fleet:
         edges = (*TTFT_BUCKETS, math.inf)
         increase = {edge: b - a for edge, a, b in zip(edges, first.ttft_buckets, last.ttft_buckets, strict=True)}
         return histogram_quantile(q, increase)
+
+    def prompt_spread(self, now: float) -> float | None:
+        """``histogram.lognormal_spread`` of ``sum by (le) (rate(vllm:request_prompt_tokens_bucket[1h]))``: the
+        spread of the last hour's prompt lengths; ``None`` before two scrapes or without a prompt in the hour."""
+        window = [(at, counts) for at, counts in self.prompt_scrapes if now - PROMPT_SPREAD_WINDOW_S <= at <= now]
+        if len(window) < 2:
+            return None
+        edges = (*PROMPT_TOKEN_BUCKETS, math.inf)
+        increase = window[-1][1] - window[0][1]
+        return lognormal_spread({edge: float(count) for edge, count in zip(edges, increase, strict=True)})
 
     @property
     def gateway_open(self) -> int:

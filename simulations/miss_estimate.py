@@ -166,7 +166,8 @@ def measure(
 
 
 def budget_spread(policy: dict[str, Any]) -> float:
-    """The prompts' spread a predictive block's budget is told (``promptLengthSigma``), or the one it assumes."""
+    """The prompts' spread a predictive block's budget is told (``promptLengthSigma``, which ``sized_builtin``
+    writes for every case), else the heavy tail a budget counts by while it has no histogram to read."""
     budget = (policy.get("learnedHeadroom") or {}).get("budget") or {}
     return float(budget.get("promptLengthSigma", PROMPT_LENGTH_SIGMA))
 

@@ -11,6 +11,7 @@ from policies.metric_names import (
     ACTIVITY_METRICS,
     FIRST_TOKENS_RATE,
     KV_CACHE_ALIASES,
+    PROMPT_SPREAD,
     TTFT_P90,
     TTFT_SECONDS_RATE,
     TTFT_SLO,
@@ -60,6 +61,8 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
         return lambda f, now: f.rate("ttft_sum", now)
     if name == FIRST_TOKENS_RATE:
         return lambda f, now: f.rate("ttft_count", now)
+    if name == PROMPT_SPREAD:
+        return lambda f, now: f.prompt_spread(now)
     return None
 
 

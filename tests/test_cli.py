@@ -13,8 +13,6 @@ from autoscaler.cli import build_parser, main
 from simulations.replay import DECISION_HEADER
 from tests.helpers import policy_file
 
-SPREAD = {"prefillTokensPerSecond": 976.6, "promptLengthSigma": 0.5}
-
 
 def test_an_unknown_policy_type_is_refused_before_any_load_test(capsys: pytest.CaptureFixture[str]) -> None:
     started = time.monotonic()
@@ -191,20 +189,6 @@ def test_a_key_known_elsewhere_is_not_suggested_for_itself(tmp_path: Path, capsy
     assert main(["validate", "--config", str(policy)]) == 2
     out = capsys.readouterr().out
     assert "apiVersion: unknown key (line 1)" in out and "did you mean" not in out
-
-
-@pytest.mark.parametrize(("budget", "warned"), [({"prefillTokensPerSecond": 976.6}, True), (SPREAD, False)])
-def test_validate_warns_where_a_budget_guesses_its_prompts_spread(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], budget: dict[str, float], warned: bool
-) -> None:
-    policy = policy_file(
-        tmp_path,
-        slo={"ttftSeconds": 2, "target": 0.99},
-        policy={"type": "predictive", "learnedHeadroom": {"budget": budget}},
-        metrics=[{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}}],
-    )
-    assert main(["validate", "--config", str(policy)]) == 0
-    assert ("has no promptLengthSigma" in capsys.readouterr().err) is warned
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from policies.error_budget import (
     prefill_tail,
     returned,
 )
-from policies.metric_names import BUDGET_SIGNALS, FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
+from policies.metric_names import BUDGET_SIGNALS, FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE
 from policies.policy_file import PolicyFileError, parse_policy_document
 from tests.helpers import workload_doc
 
@@ -182,7 +182,10 @@ def test_a_budget_needs_the_workloads_slo() -> None:
         parse_policy_document(workload_doc(policy=BUDGET))
     slo = {"ttftSeconds": 2, "target": 0.99}
     workload = parse_policy_document(workload_doc(policy=BUDGET, slo=slo)).workloads[0]
-    assert workload.spends_budget and workload.extra_signals == BUDGET_SIGNALS  # none is among its metrics
+    # None is among its metrics; not told its prompts' spread, it reads it from their histogram.
+    assert workload.spends_budget and workload.extra_signals == (*BUDGET_SIGNALS, PROMPT_SPREAD)
+    told = {**BUDGET, "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}}}
+    assert parse_policy_document(workload_doc(policy=told, slo=slo)).workloads[0].extra_signals == BUDGET_SIGNALS
 
 
 @pytest.mark.parametrize(
@@ -205,7 +208,7 @@ def test_a_workloads_prompt_spread_sets_how_many_light_minutes_miss() -> None:
     """The same light minutes (a mean a tenth of the SLO beyond prefill) count fewer misses for prompts as even as
     ServeGen's (0.5) than for the default heavy tail (1.0), which a workload not measured gets."""
 
-    def used(spread: float | None) -> float:
+    def used(spread: float | None, seen: float | None = None) -> float:
         budget: dict[str, float] = {"prefillTokensPerSecond": 1000}
         if spread is not None:
             budget["promptLengthSigma"] = spread
@@ -215,12 +218,14 @@ def test_a_workloads_prompt_spread_sets_how_many_light_minutes_miss() -> None:
         document = parse_policy_document(workload_doc(maxReplicas=100, policy=policy, slo=slo, metrics=metrics))
         decider = document.decider(document.workloads[0])
         signals = {"prompt_tokens_per_second": 4 * 1200.0, FIRST_TOKENS_RATE: 4.0, TTFT_SECONDS_RATE: 4.0 * 1.4}
+        signals[PROMPT_SPREAD] = seen
         for i in range(40):
             decider.applied(decider.decide(Observation(i * 15.0, 20, signals, ready_replicas=20)))
         return decider.policy.state.budget.used(0.99)  # type: ignore[attr-defined, no-any-return]
 
     even, default, heavy = used(0.5), used(None), used(1.0)
-    assert default == heavy and even < 0.8 * heavy
+    assert default == heavy and even < 0.8 * heavy  # not told, with no histogram to read: the heavy tail
+    assert used(None, seen=0.5) == even and used(0.5, seen=1.0) == even  # read when not told; told wins
     assert even == pytest.approx(miss_share(0.2, 2.0, prefill_tail(2.0, 1.2, 0.5)) / 0.01, rel=0.01)
 
 

@@ -165,3 +165,19 @@ def test_the_light_load_shortcuts_step_exactly_as_the_general_step(monkeypatch: 
     general = figures()
     assert shortcuts == general
     assert np.isfinite(shortcuts[1]).all()  # every request finished: the run exercised the decode too
+
+
+def test_the_replicas_expose_vllms_prompt_length_histogram() -> None:
+    """Its spread over the last hour, as the daemon's query reads it: none before two scrapes, then that of the
+    prompts served (the built-in lengths' spread is 0.5; read off the 1-2-5 buckets, a little more)."""
+    from simulations.traces import synthetic_day
+
+    model = ReplicaModel()
+    fleet = Fleet(model, synthetic_day(0, 2.0, 1.0), 16)
+    assert fleet.prompt_spread(0.0) is None
+    now = 0.0
+    while now < 1800.0:
+        fleet.step(now)
+        now += model.step_s
+    assert fleet.prompt_spread(now) == pytest.approx(0.52, abs=0.02)
+    assert fleet.prompt_spread(now + 7200.0) is None  # no scrape within the hour

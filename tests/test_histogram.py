@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from policies.histogram import histogram_quantile
+from policies.histogram import PROMPT_TOKEN_BUCKETS, histogram_quantile, lognormal_spread
 
 
 @pytest.mark.parametrize(
@@ -25,3 +25,26 @@ def test_histogram_quantile_follows_prometheus(buckets: dict[float, float], expe
         assert result is not None and math.isnan(result)
     else:
         assert result == (pytest.approx(expected) if expected is not None else None)
+
+
+def _lognormal_buckets(sigma: float, median: float = 1000.0, count: float = 10_000.0) -> dict[float, float]:
+    """vLLM's prompt-token buckets filled by a lognormal's cumulative counts."""
+    buckets = {
+        b: count * 0.5 * (1 + math.erf(math.log(b / median) / sigma / math.sqrt(2))) for b in PROMPT_TOKEN_BUCKETS
+    }
+    return {**buckets, math.inf: count}
+
+
+@pytest.mark.parametrize(("sigma", "read"), [(0.5, 0.517), (1.0, 1.073), (2.0, 2.031)])
+def test_the_spread_of_lognormal_prompts_read_off_vllms_buckets(sigma: float, read: float) -> None:
+    """A little high on the 1-2-5 buckets (linear interpolation inside a bucket, as Prometheus's), which counts a
+    long prompt's misses high rather than low."""
+    spread = lognormal_spread(_lognormal_buckets(sigma))
+    assert spread == pytest.approx(read, abs=0.001) and spread >= sigma
+
+
+def test_no_spread_without_prompts_or_with_the_lowest_bucket_at_a_percentile() -> None:
+    assert lognormal_spread({b: 0.0 for b in (*PROMPT_TOKEN_BUCKETS, math.inf)}) is None  # an idle hour
+    assert lognormal_spread({1.0: 0.0, 2.0: 10.0, math.inf: 10.0}) is not None
+    assert lognormal_spread({0.0: 5.0, 2.0: 10.0, math.inf: 10.0}) is None  # a 10th percentile of 0 has no log
+    assert lognormal_spread({2.0: 10.0}) is None  # no +Inf bucket

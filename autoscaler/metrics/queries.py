@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import re
 
-from policies.histogram import histogram_quantile
+from policies.histogram import SPREAD_QUANTILES, SPREAD_Z, histogram_quantile, lognormal_spread
 from policies.metric_names import (
     ACTIVITY_METRICS,
     BUILTIN_METRIC_NAMES,
     FIRST_TOKENS_RATE,
+    PROMPT_SPREAD,
+    PROMPT_SPREAD_WINDOW_S,
     TTFT_P90,
     TTFT_SECONDS_RATE,
     TTFT_SLO,
@@ -51,7 +53,9 @@ _SERIES = {
     "generation_tokens_per_second": ("sum", "rate(vllm:generation_tokens_total{S}[1m])"),
     TTFT_SECONDS_RATE: ("sum", "rate(vllm:time_to_first_token_seconds_sum{S}[1m])"),
     FIRST_TOKENS_RATE: ("sum", "rate(vllm:time_to_first_token_seconds_count{S}[1m])"),
+    PROMPT_SPREAD: ("sum", "rate(vllm:request_prompt_tokens_bucket{S}[" + f"{PROMPT_SPREAD_WINDOW_S}s])"),
 }
+HISTOGRAMS = (TTFT_P90, PROMPT_SPREAD)  # read by ``le``, then made one value (``aggregate``)
 
 
 def _expression(name: str, selector: str, grouping: str) -> str:
@@ -80,6 +84,9 @@ def default_query(name: str, workload: Workload) -> str | None:
     selector = pod_selector(workload)
     if name in (TTFT_P90, TTFT_SLO):
         return f"histogram_quantile({quantile_of(name, workload):g}, {_expression(name, selector, 'le')})"
+    if name == PROMPT_SPREAD:  # histogram.lognormal_spread, in PromQL
+        low, high = (f"ln(histogram_quantile({q:g}, {_expression(name, selector, 'le')}))" for q in SPREAD_QUANTILES)
+        return f"({high} - {low}) / {SPREAD_Z:g}"
     if batch_key(name) == "kv_cache_usage_perc":
         return f"max({_expression(name, selector, '')})"
     return _expression(name, selector, "")
@@ -155,7 +162,7 @@ def batched_query(name: str, namespaces: list[str]) -> str:
     if batch_key(name) not in _SERIES:
         raise ValueError(f"no batched query for {name!r}")
     selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
-    extra = ",le" if batch_key(name) == TTFT_P90 else ""
+    extra = ",le" if batch_key(name) in HISTOGRAMS else ""
     return _expression(name, selector, f"namespace,pod{extra}")
 
 
@@ -184,11 +191,11 @@ def aggregate(name: str, values: list[tuple[dict[str, str], float]], quantile: f
         return None
     if batch_key(name) == "kv_cache_usage_perc":
         return max(v for _, v in values)
-    if batch_key(name) == TTFT_P90:
+    if batch_key(name) in HISTOGRAMS:
         buckets: dict[float, float] = {}
         for labels, value in values:
             bound = float(labels.get("le", "nan"))
             if not math.isnan(bound):
                 buckets[bound] = buckets.get(bound, 0.0) + value
-        return histogram_quantile(quantile, buckets)
+        return lognormal_spread(buckets) if name == PROMPT_SPREAD else histogram_quantile(quantile, buckets)
     return sum(v for _, v in values)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from autoscaler.observer import Observer
 from autoscaler.testing.servers import PrometheusServer, VllmExporter, wait_for
 from autoscaler.warm_up import warm_up
 from policies.base import Observation
+from policies.histogram import PROMPT_TOKEN_BUCKETS
 from policies.pipeline import Reason
 from policies.policy_file import PolicyFile, parse_policy_document
 
@@ -274,6 +276,17 @@ def test_batched_queries_equal_each_workloads_default_query(
                     le=bound,
                     **labels,
                 )
+            # The prompts' lengths: lognormal about 1,000 tokens, the log's spread 0.5, on vLLM's 1-2-5 buckets,
+            # each bucket read on the same whole second (a clock read a bucket apart leaves the buckets' rates
+            # apart by a millionth, which Prometheus's histogram_quantile mends as not monotonic and ours not).
+            for bound in (*PROMPT_TOKEN_BUCKETS, math.inf):
+                share = 1.0 if bound == math.inf else 0.5 * (1 + math.erf(math.log(bound / 1000) / 0.5 / math.sqrt(2)))
+                exporter.set(
+                    "vllm:request_prompt_tokens_bucket",
+                    lambda share=share, rate=rate: share * rate / 50 * round(time.time() - started),
+                    le="+Inf" if bound == math.inf else f"{bound:g}",
+                    **labels,
+                )
             # The histogram's count is its +Inf bucket; its sum, 0.4 s a first token.
             exporter.set(
                 "vllm:time_to_first_token_seconds_count",
@@ -336,8 +349,9 @@ def test_batched_queries_equal_each_workloads_default_query(
         expected = source.query_one(default_query(TTFT_SLO, workload) or "", now).value
         assert expected is not None and collected[workload.key].values[TTFT_SLO] == pytest.approx(expected, rel=1e-9)
     # A workload whose learned headroom the error budget hands back reads the histogram's sum and count, batched
-    # too: two requests more in all; its prompt tokens are among its metrics already.
-    from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
+    # too, and, not told its prompts' spread, the prompt-length histogram: three requests more in all; its prompt
+    # tokens are among its metrics already.
+    from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE
 
     budget = {"learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000}}}
     spending = [
@@ -346,16 +360,16 @@ def test_batched_queries_equal_each_workloads_default_query(
     ]
     document = parse_policy_document({"prometheus": {"url": prometheus.url}, "workloads": spending})
     observer = Observer(document, source)
-    assert (
-        observer.requests_per_tick() == 6
-    )  # prompt tokens, running, waiting, the histogram's sum and count, freshness
+    # prompt tokens, running, waiting, the histogram's sum and count, the prompts' histogram, freshness
+    assert observer.requests_per_tick() == 7
     now = time.time()
     collected = observer.collect(now)
     for workload in document.workloads:
         values = collected[workload.key].values
-        for name in (FIRST_TOKENS_RATE, TTFT_SECONDS_RATE):
+        for name in (FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, PROMPT_SPREAD):
             expected = source.query_one(default_query(name, workload) or "", now).value
-            assert expected is not None and values[name] == pytest.approx(expected, rel=1e-9)
+            assert expected is not None and values[name] == pytest.approx(expected, rel=1e-9), name
+        assert values[PROMPT_SPREAD] == pytest.approx(0.5, abs=0.03)  # what the buckets were filled by
         # The mean time to first token, whatever part of the minute the young series fill: 0.4 s (to the
         # microseconds between the exporter's reading of the two counters' clocks).
         assert values[TTFT_SECONDS_RATE] / values[FIRST_TOKENS_RATE] == pytest.approx(0.4, rel=0.01)  # type: ignore[operator]
