@@ -176,7 +176,8 @@ class Workload(StrictModel):
         if self.spends_budget:
             extra += [name for name in BUDGET_SIGNALS if name not in names]
             budget = self.policy["learnedHeadroom"]["budget"]
-            if budget.get("promptLengthSigma", budget.get("prompt_length_sigma")) is None:
+            given = budget if isinstance(budget, dict) else {}
+            if given.get("promptLengthSigma", given.get("prompt_length_sigma")) is None:
                 extra.append(PROMPT_SPREAD)  # not given: read from the prompt-length histogram
         return tuple(extra)
 
