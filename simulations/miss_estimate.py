@@ -22,6 +22,7 @@ import itertools
 import multiprocessing as mp
 import sys
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,10 @@ class Measured:
     attainment: float
 
     @property
+    def first_tokens(self) -> int:
+        return sum(m.first_tokens for m in self.minutes)
+
+    @property
     def judged(self) -> int:
         return sum(m.misses for m in self.minutes)
 
@@ -212,17 +217,14 @@ class Measured:
     @property
     def budget_error(self) -> float:
         """The count's error in the run's budgets: what it adds to, or takes from, ``budgetUsed``."""
-        tokens = sum(m.first_tokens for m in self.minutes)
-        return (self.estimated - self.judged) / max((1.0 - self.target) * tokens, 1.0)
+        return (self.estimated - self.judged) / max((1.0 - self.target) * self.first_tokens, 1.0)
 
 
-_CACHE = CACHE  # the matrix's cache, set by ``main`` before the workers fork
-
-
-def measure_case(case: Case) -> Measured:
+def measure_case(case: Case, cache: Path = CACHE) -> Measured:
+    """``case`` run from the matrix's ``cache`` of sized scenarios (sized there first where it has none)."""
     scenario = replace(_scenario(case.which, case.scenario), replica=case.replica)
     trace, model = scenario.trace(), scenario_model(scenario)
-    baseline = cached_baseline(scenario, trace, model, _CACHE)
+    baseline = cached_baseline(scenario, trace, model, cache)
     slo = scenario.slo_ttft if case.slo is None else case.slo
     minutes, attainment = measure(trace, model, baseline.document, baseline.initial, slo, case.headroom)
     return Measured(case, slo, scenario.slo_target, minutes, attainment)
@@ -243,19 +245,17 @@ def summary(measured: list[Measured]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _CACHE
     parser = argparse.ArgumentParser(prog="python -m simulations.miss_estimate", description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=CACHE, help="the matrix's cache of sized scenarios")
     parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once, one process each")
     args = parser.parse_args(argv)
-    _CACHE = args.cache
     cases = [*CHOSEN_ON, *HELD_OUT]
     if args.jobs > 1:
         with mp.get_context("fork").Pool(args.jobs) as pool:
-            measured = pool.map(measure_case, cases, chunksize=1)
+            measured = pool.map(partial(measure_case, cache=args.cache), cases, chunksize=1)
     else:
-        measured = [measure_case(case) for case in cases]
+        measured = [measure_case(case, args.cache) for case in cases]
     body = ["Chosen on:", "", *summary(measured[: len(CHOSEN_ON)]), ""]
     body += [
         "Held out: runs the estimate's constants were not chosen on.",
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     for m in measured:
         body += [
             f"**{m.case.label}**, headroom {m.case.headroom:g} (SLO {m.slo:g} s): "
-            f"{sum(x.first_tokens for x in m.minutes):,} first tokens, {m.judged:,} judged misses, "
+            f"{m.first_tokens:,} first tokens, {m.judged:,} judged misses, "
             f"{m.estimated:,.0f} estimated (attainment {m.attainment:.4f}).",
             "",
             *table(m.minutes),
