@@ -175,9 +175,8 @@ class Workload(StrictModel):
         extra = [TTFT_SLO] if self.learns_capacity else []
         if self.spends_budget:
             extra += [name for name in BUDGET_SIGNALS if name not in names]
-            budget = self.policy["learnedHeadroom"]["budget"]
-            given = budget if isinstance(budget, dict) else {}
-            if given.get("promptLengthSigma", given.get("prompt_length_sigma")) is None:
+            budget = registry.parse_params(self.policy).model_dump()["learned_headroom"]["budget"]
+            if budget["prompt_length_sigma"] is None:
                 extra.append(PROMPT_SPREAD)  # not given: read from the prompt-length histogram
         return tuple(extra)
 
