@@ -30,6 +30,12 @@ fleet that meets the SLO there (``static-best``), each scenario sized and search
 ``--replica KEY=VALUE`` runs every scenario of the set on another replica model (``simulate --replica``'s keys),
 sized and cached apart.
 
+``--check`` also runs keda-sum, the clairvoyant and the ``reactive`` follower (``clairvoyant.reactive``: the work
+of the minute just past, told exactly, at its cheapest utilization), and judges the default, the variant and the
+follower by issue 36's check (``check_failures``): where the follower fails it too, no rule that sizes the
+fleet in proportion to the present load passes (docs/findings.md, "What only a forecast can save: the reactive
+follower").
+
 The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
 ``--cache`` (they do not depend on the variant); delete it when the simulator, the sizing or the default
 changes. Scenarios run one per core.
@@ -56,7 +62,7 @@ import numpy as np
 import simulations.jobs as simulation_jobs
 from policies.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
-from simulations.clairvoyant import clairvoyant
+from simulations.clairvoyant import clairvoyant, reactive
 from simulations.compare import footing
 from simulations.contenders import keda_contender, policy_contender, policy_variant
 from simulations.replica_model import ReplicaModel, parse_overrides
@@ -239,6 +245,8 @@ class Baseline:
     keda_slo: float | None = None
     clairvoyant_gpu_hours: float | None = None
     clairvoyant_slo: float | None = None
+    reactive_gpu_hours: float | None = None
+    reactive_slo: float | None = None
 
 
 def scenario_model(scenario: Scenario) -> ReplicaModel:
@@ -264,18 +272,25 @@ def _baseline(scenario: Scenario, trace: Trace, model: ReplicaModel) -> Baseline
 
 
 def _check_baselines(baseline: Baseline, scenario: Scenario, trace: Trace, model: ReplicaModel) -> Baseline:
-    """``baseline`` with keda-sum's run and the clairvoyant's cheapest that meets the SLO, as simulate runs them."""
+    """``baseline`` with what it lacks of keda-sum's run, the clairvoyant's cheapest that meets the SLO, as
+    simulate runs them, and the reactive follower's cheapest (``clairvoyant.reactive``)."""
     document = parse_policy_document(baseline.document, "<matrix>")
     workload = document.workloads[0]
-    keda = run(trace, model, keda_contender(document, workload, model, False), baseline.initial, scenario.slo_ttft)
-    floor = clairvoyant(trace, model, document, workload, baseline.initial, scenario.slo_ttft, scenario.slo_target)
-    return replace(
-        baseline,
-        keda_gpu_hours=keda.gpu_hours,
-        keda_slo=keda.slo_attainment,
-        clairvoyant_gpu_hours=floor.gpu_hours,
-        clairvoyant_slo=floor.slo_attainment,
-    )
+    args = (trace, model, document, workload, baseline.initial, scenario.slo_ttft, scenario.slo_target)
+    if baseline.clairvoyant_gpu_hours is None:
+        keda = run(trace, model, keda_contender(document, workload, model, False), baseline.initial, scenario.slo_ttft)
+        floor = clairvoyant(*args)
+        baseline = replace(
+            baseline,
+            keda_gpu_hours=keda.gpu_hours,
+            keda_slo=keda.slo_attainment,
+            clairvoyant_gpu_hours=floor.gpu_hours,
+            clairvoyant_slo=floor.slo_attainment,
+        )
+    if baseline.reactive_gpu_hours is None:
+        follower = reactive(*args)
+        baseline = replace(baseline, reactive_gpu_hours=follower.gpu_hours, reactive_slo=follower.slo_attainment)
+    return baseline
 
 
 _JOBS: list[tuple[Scenario, dict[str, Any], Path]] = []  # set before the workers fork: scenarios hold closures
@@ -305,7 +320,7 @@ def _one(index: int) -> dict[str, Any]:
     model = scenario_model(scenario)
     baseline = cached_baseline(scenario, trace, model, cache)
     cached = _cached_path(scenario, cache)
-    if settings.get("check") and baseline.clairvoyant_gpu_hours is None:
+    if settings.get("check") and None in (baseline.clairvoyant_gpu_hours, baseline.reactive_gpu_hours):
         baseline = _check_baselines(baseline, scenario, trace, model)
         cached.write_text(json.dumps(asdict(baseline)))
     row: dict[str, Any] = {
@@ -318,11 +333,14 @@ def _one(index: int) -> dict[str, Any]:
         "default_slo": round(baseline.default_slo, 4),
     }
     if settings.get("check"):
-        assert baseline.keda_gpu_hours is not None and baseline.clairvoyant_gpu_hours is not None
+        keda, floor, follower = baseline.keda_gpu_hours, baseline.clairvoyant_gpu_hours, baseline.reactive_gpu_hours
+        assert keda is not None and floor is not None and follower is not None
         row.update(
-            keda_gpu_hours=round(baseline.keda_gpu_hours, 1),
+            keda_gpu_hours=round(keda, 1),
             keda_slo=round(baseline.keda_slo or 0.0, 4),
-            clairvoyant_gpu_hours=round(baseline.clairvoyant_gpu_hours, 1),
+            clairvoyant_gpu_hours=round(floor, 1),
+            reactive_gpu_hours=round(follower, 1),
+            reactive_slo=round(baseline.reactive_slo or 0.0, 4),
         )
     raw = copy.deepcopy(baseline.document)
     if "behavior" in settings:
@@ -358,7 +376,8 @@ def _record(row: dict[str, Any], prefix: str, result: RunResult) -> None:
         row[f"{prefix}_setting"] = result.tuned  # in --out: what tuning found, as simulate's report names it
 
 
-PREFIXES = ("default", "variant", "tuned_predictive", "tuned_threshold")
+PREFIXES = ("default", "variant", "tuned_predictive", "tuned_threshold", "reactive")
+CHECKED = ("default", "variant", "reactive")  # judged by the check where the run has its baselines
 
 
 def _verdict(row: dict[str, Any], target: float, prefix: str) -> str:
@@ -383,7 +402,7 @@ def summary(rows: list[dict[str, Any]], targets: dict[str, float]) -> dict[str, 
         if any(tally.values()):
             counts[prefix] = tally
     checked = [row for row in rows if "clairvoyant_gpu_hours" in row]
-    for prefix in ("default", "variant"):
+    for prefix in CHECKED:
         if checked and all(f"{prefix}_gpu_hours" in row for row in checked):
             failing = [row for row in checked if check_failures(row, targets[row["scenario"]], prefix)]
             counts[f"{prefix}_check"] = {"pass": len(checked) - len(failing), "fail": len(failing)}
@@ -455,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="also run keda-sum and the clairvoyant, and judge by issue 36's check (check_failures)",
+        help="also run keda-sum, the clairvoyant and the reactive follower, and judge by issue 36's check",
     )
     parser.add_argument("--scenarios", choices=["short", "long", "recorded", "bursty", "tight"], default="short")
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
@@ -492,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     _JOBS[:] = [(s, settings, args.cache) for s in chosen]
     targets = {s.name: s.slo_target for s in chosen}
     rows: list[dict[str, Any]] = []
-    header = f"{'scenario':<18} {'static':>12} " + " ".join(f"{p.replace('tuned_', 'tuned '):>18}" for p in PREFIXES)
+    header = f"{'scenario':<18} {'static':>12} " + " ".join(f"{p.replace('tuned_', 'tuned '):>20}" for p in PREFIXES)
     print(header)
     with mp.get_context("fork").Pool(max(1, args.jobs)) as pool:
         for row in pool.imap(_one, range(len(_JOBS))):
@@ -503,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
                 if f"{prefix}_gpu_hours" in row:
                     verdict = _verdict(row, targets[row["scenario"]], prefix)
                     cells.append(f"{row[f'{prefix}_gpu_hours']:>7} {row[f'{prefix}_slo']:.4f} {verdict:<5}")
+                else:
+                    cells.append(" " * 20)  # each run under its own header
             print(" ".join(cells), flush=True)
     print(json.dumps({"settings": settings, "summary": summary(rows, targets)}))
     if args.out:
@@ -527,7 +548,7 @@ def write_report(
     given = {k: v for k, v in settings.items() if k != "check"}
     variant = f"the variant: `{json.dumps(given)}`" if given else "no variant, the default alone"
     checked = any("clairvoyant_gpu_hours" in r for r in rows)
-    judged = [p for p in ("default", "variant") if p in shown] if checked else []
+    judged = [p for p in CHECKED if p in shown] if checked else []
     extra = ["keda-sum", "clairvoyant"] if checked else []
     lines = [
         f"Scenarios: `{args.scenarios}`"
@@ -548,7 +569,10 @@ def write_report(
             " The check is issue 36's (`check_failures`): it meets the SLO wherever the fixed fleet does, costs no "
             "more than keda-sum wherever that meets it, saves at least half the clairvoyant's saving where that is "
             f"{MUCH_TO_SAVE:.0%} or more of the fixed fleet's cost, and costs at most {NOTHING_TO_SAVE:.0%} more "
-            f"than the fixed fleet where the clairvoyant saves less than {NOTHING_TO_SAVE:.0%}."
+            f"than the fixed fleet where the clairvoyant saves less than {NOTHING_TO_SAVE:.0%}. `reactive` is a "
+            "follower that knows exactly the work of the minute just past and forecasts nothing, at its cheapest "
+            "setting that meets the SLO (`clairvoyant.reactive`): where it fails the check too, no rule that sizes the "
+            "fleet in proportion to the present load passes, however it is tuned."
         )
     for row in rows:
         static = f"{row['static_replicas']}, {row['static_gpu_hours']}" if row["static_replicas"] else "none"

@@ -183,6 +183,32 @@ def test_the_summary_counts_the_check() -> None:
     assert summary(rows, {"x": 0.99, "y": 0.99})["default_check"] == {"pass": 1, "fail": 1}
 
 
+def test_the_reactive_follower_is_judged_by_the_same_check_beside_the_default(tmp_path: Path) -> None:
+    """Where the follower of the minute just past fails a condition too, no rule in proportion to the present passes:
+    the report and the summary judge it by ``check_failures`` as they judge the default."""
+    import argparse
+
+    rows = [
+        {**_checked((85.0, 0.995), (70.0, 0.95), 60.0), "reactive_gpu_hours": 82.0, "reactive_slo": 0.991},
+        {
+            **_checked((85.0, 0.995), (70.0, 0.95), 60.0),
+            "scenario": "y",
+            "reactive_gpu_hours": 78.0,
+            "reactive_slo": 0.99,
+        },
+    ]
+    targets = {"x": 0.99, "y": 0.99}
+    assert summary(rows, targets)["reactive_check"] == {"pass": 1, "fail": 1}
+    args = argparse.Namespace(scenarios="short", only="", cache=tmp_path, label="", replica=[])
+    text = write_report(tmp_path, rows, targets, {"check": True}, args, ["--check"]).read_text()
+    assert "| check (default) | check (reactive) |" in text
+    assert (
+        "| x | 10, 100.0 | 70.0 (0.9500) | 60.0 | 85.0 (0.9950) win | 82.0 (0.9910) win | saves 38% of the "
+        "clairvoyant's saving | saves 45% of the clairvoyant's saving |"
+    ) in text
+    assert "| y | 10, 100.0 | 70.0 (0.9500) | 60.0 | 85.0 (0.9950) win | 78.0 (0.9900) win | saves 38%" in text
+
+
 def test_a_replica_override_sizes_and_caches_each_scenario_apart(tmp_path: Path) -> None:
     """``--replica`` changes every scenario's replica model, as ``simulate --replica`` does; its runs are cached
     apart from the default replica's, and the report says which replica it ran."""
