@@ -38,7 +38,7 @@ from simulations.tuning import cheapest_meeting
 WINDOW_S = 60  # the work's rate over a minute: the scale of the signals every policy reads
 LEAST_UTILIZATION = 0.05
 STEPS = 5  # to about 10 % of the utilization: the floor is a yardstick, not a setting to deploy
-REACTIVE_STEPS = 7  # to about 2.5 %: what it cannot reach is a claim about every policy without a forecast
+REACTIVE_STEPS = 7  # to about 2.5 %: what it cannot reach is a claim about every rule in proportion to the present
 
 
 def _work_per_second(trace: Trace, model: ReplicaModel) -> np.ndarray:
