@@ -247,6 +247,7 @@ class Baseline:
     clairvoyant_slo: float | None = None
     reactive_gpu_hours: float | None = None
     reactive_slo: float | None = None
+    reactive_utilization: float | None = None  # the margin its search found: what the run's traffic needed
 
 
 def scenario_model(scenario: Scenario) -> ReplicaModel:
@@ -287,9 +288,15 @@ def _check_baselines(baseline: Baseline, scenario: Scenario, trace: Trace, model
             clairvoyant_gpu_hours=floor.gpu_hours,
             clairvoyant_slo=floor.slo_attainment,
         )
-    if baseline.reactive_gpu_hours is None:
+    if baseline.reactive_utilization is None:
         follower = reactive(*args)
-        baseline = replace(baseline, reactive_gpu_hours=follower.gpu_hours, reactive_slo=follower.slo_attainment)
+        assert follower.tuned is not None  # every follower's run carries its utilization
+        baseline = replace(
+            baseline,
+            reactive_gpu_hours=follower.gpu_hours,
+            reactive_slo=follower.slo_attainment,
+            reactive_utilization=follower.tuned["utilization"],
+        )
     return baseline
 
 
@@ -320,7 +327,7 @@ def _one(index: int) -> dict[str, Any]:
     model = scenario_model(scenario)
     baseline = cached_baseline(scenario, trace, model, cache)
     cached = _cached_path(scenario, cache)
-    if settings.get("check") and None in (baseline.clairvoyant_gpu_hours, baseline.reactive_gpu_hours):
+    if settings.get("check") and None in (baseline.clairvoyant_gpu_hours, baseline.reactive_utilization):
         baseline = _check_baselines(baseline, scenario, trace, model)
         cached.write_text(json.dumps(asdict(baseline)))
     row: dict[str, Any] = {
@@ -341,6 +348,7 @@ def _one(index: int) -> dict[str, Any]:
             clairvoyant_gpu_hours=round(floor, 1),
             reactive_gpu_hours=round(follower, 1),
             reactive_slo=round(baseline.reactive_slo or 0.0, 4),
+            reactive_setting={"utilization": baseline.reactive_utilization},  # in --out, as a tuned run's
         )
     raw = copy.deepcopy(baseline.document)
     if "behavior" in settings:

@@ -209,6 +209,36 @@ def test_the_reactive_follower_is_judged_by_the_same_check_beside_the_default(tm
     assert "| y | 10, 100.0 | 70.0 (0.9500) | 60.0 | 85.0 (0.9950) win | 78.0 (0.9900) win | saves 38%" in text
 
 
+def test_the_check_runs_its_baselines_once_and_reads_them_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--check`` runs keda-sum, the clairvoyant and the reactive follower beside the default, caches them with the
+    scenario and reads them back on the next run; ``--out`` carries the utilization the follower's search found."""
+    import json
+    from functools import partial
+
+    import simulations.matrix as matrix
+    from simulations.matrix import Scenario, main
+    from simulations.traces import synthetic_day
+
+    tiny = Scenario("quarter@60", partial(synthetic_day, 0, 2.0, 0.25, 1), 60)
+    monkeypatch.setattr(matrix, "scenarios", lambda which: [tiny])
+    out, cache = tmp_path / "rows.json", tmp_path / "cache"
+    args = ["--check", "--jobs", "1", "--cache", str(cache), "--out", str(out)]
+    assert main(args) == 0
+    [row] = json.loads(out.read_text())
+    assert row["reactive_slo"] >= 0.99 and row["reactive_gpu_hours"] >= row["clairvoyant_gpu_hours"]
+    assert 0 < row["reactive_setting"]["utilization"] <= 1
+    [cached] = cache.iterdir()
+    assert json.loads(cached.read_text())["reactive_utilization"] == row["reactive_setting"]["utilization"]
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("a cached baseline was run again")
+
+    monkeypatch.setattr(matrix, "reactive", never)
+    monkeypatch.setattr(matrix, "clairvoyant", never)
+    assert main(args) == 0
+    assert json.loads(out.read_text()) == [{**row, "elapsed_s": json.loads(out.read_text())[0]["elapsed_s"]}]
+
+
 def test_a_replica_override_sizes_and_caches_each_scenario_apart(tmp_path: Path) -> None:
     """``--replica`` changes every scenario's replica model, as ``simulate --replica`` does; its runs are cached
     apart from the default replica's, and the report says which replica it ran."""
