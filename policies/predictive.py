@@ -226,6 +226,14 @@ def with_settings(block: dict[str, Any], settings: dict[str, float]) -> dict[str
     return out
 
 
+def prompt_spread(budget: ErrorBudgetParams, seen: float | None = None) -> float:
+    """The spread a budget counts its prompts by: as given, else as vLLM's prompt-length histogram shows it
+    (``seen``), else the heavy tail a workload not measured is counted by (``error_budget.PROMPT_LENGTH_SIGMA``)."""
+    if budget.prompt_length_sigma is not None:
+        return budget.prompt_length_sigma
+    return seen if seen is not None and usable(seen) and seen >= 0 else PROMPT_LENGTH_SIGMA
+
+
 def default_horizon(cold_start_seconds: float, interval: float) -> float:
     """How far ahead the policy looks when ``horizonSeconds`` is unset: a replica ordered at this tick
     serves a cold start later, and the next tick may come an interval after that."""
@@ -476,7 +484,8 @@ class PredictivePolicy:
         last = ledger.last
         if mean is None or not firsts or prompt is None or (last is not None and observation.now <= last):
             return
-        tail = prefill_tail(slo.ttft_seconds, prompt / firsts / speed, self._prompt_spread(observation, budget))
+        spread = prompt_spread(budget, observation.metrics.get(PROMPT_SPREAD))
+        tail = prefill_tail(slo.ttft_seconds, prompt / firsts / speed, spread)
         elapsed = (
             self.ctx.interval
             if last is None
@@ -484,15 +493,6 @@ class PredictivePolicy:
         )
         ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
         details["budget_used"] = round(ledger.used(slo.target), 4)
-
-    @staticmethod
-    def _prompt_spread(observation: Observation, budget: ErrorBudgetParams) -> float:
-        """The prompts' spread as given, else as the prompt-length histogram shows it, else the heavy tail a
-        workload not measured is counted by (``error_budget.PROMPT_LENGTH_SIGMA``)."""
-        if budget.prompt_length_sigma is not None:
-            return budget.prompt_length_sigma
-        seen = observation.metrics.get(PROMPT_SPREAD)
-        return seen if seen is not None and usable(seen) and seen >= 0 else PROMPT_LENGTH_SIGMA
 
     @property
     def horizon(self) -> float:

@@ -30,7 +30,7 @@ import numpy as np
 
 from policies.error_budget import PROMPT_LENGTH_SIGMA, mean_beyond_prefill, miss_share, prefill_tail
 from policies.policy_file import parse_policy_document
-from policies.registry import parse_params
+from policies.predictive import PredictiveParams, prompt_spread
 from simulations.contenders import policy_contender, policy_variant
 from simulations.fleet import Fleet
 from simulations.matrix import CACHE, Scenario, cached_baseline, scenario_model, scenarios
@@ -168,11 +168,10 @@ def measure(
 
 
 def budget_spread(policy: dict[str, Any]) -> float:
-    """The prompts' spread a predictive block's budget is told (``promptLengthSigma``, which ``sized_builtin``
-    writes for every case), else the heavy tail a budget counts by while it has no histogram to read."""
-    learned = parse_params(policy).model_dump()["learned_headroom"]
-    told = None if learned is None or learned["budget"] is None else learned["budget"]["prompt_length_sigma"]
-    return PROMPT_LENGTH_SIGMA if told is None else float(told)
+    """The prompts' spread a predictive block's budget counts by with no prompt-length histogram to read
+    (``predictive.prompt_spread``): the one it is told, which ``sized_builtin`` writes for every case."""
+    learned = PredictiveParams.model_validate(policy).learned_headroom
+    return prompt_spread(learned.budget) if learned is not None and learned.budget is not None else PROMPT_LENGTH_SIGMA
 
 
 def table(minutes: list[Minute]) -> list[str]:
