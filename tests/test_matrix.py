@@ -199,6 +199,7 @@ def test_the_reactive_follower_is_judged_by_the_same_check_beside_the_default(tm
     ]
     targets = {"x": 0.99, "y": 0.99}
     assert summary(rows, targets)["reactive_check"] == {"pass": 1, "fail": 1}
+    assert summary(rows, targets)["default_check"] == {"pass": 0, "fail": 2, "reactive_fails_too": 1}
     args = argparse.Namespace(scenarios="short", only="", cache=tmp_path, label="", replica=[])
     text = write_report(tmp_path, rows, targets, {"check": True}, args, ["--check"]).read_text()
     assert "| check (default) | check (reactive) |" in text
