@@ -416,7 +416,7 @@ def summary(rows: list[dict[str, Any]], targets: dict[str, float]) -> dict[str, 
         if checked and all(f"{prefix}_gpu_hours" in row for row in checked):
             failing = [row for row in checked if check_failures(row, targets[row["scenario"]], prefix)]
             counts[f"{prefix}_check"] = {"pass": len(checked) - len(failing), "fail": len(failing)}
-            if followed and prefix != "reactive":  # the failures only a forecast could pass
+            if followed and prefix != "reactive":  # failures no rule in proportion to the present load passes
                 beyond = [row for row in failing if check_failures(row, targets[row["scenario"]], "reactive")]
                 counts[f"{prefix}_check"]["reactive_fails_too"] = len(beyond)
     tuned = [row for row in rows if "tuned_predictive_gpu_hours" in row]
