@@ -12,7 +12,8 @@ from its ``--cache``) with a lowered headroom, so that minutes of every load occ
 the estimate is read from the scrapes of that minute, as a policy would read it, and set beside the requests
 whose first token came between the same two scrapes, judged as ``simulate`` judges them. The idle prefill
 speed is the replica model's (``ReplicaModel.idle_prefill_tokens_per_s``). The cases' first group is the
-one the estimate's three constants were chosen on, the second one they were not.
+one the estimate's three constants were chosen on, the second one they were not; the third runs the default as
+it is, learned headroom and budget, where what the count reads decides how much headroom is handed back.
 """
 
 from __future__ import annotations
@@ -44,12 +45,13 @@ FAST = ("prefill_tokens_per_s=2500",)  # a replica that prefills 2.5 times the b
 
 @dataclass(frozen=True)
 class Case:
-    """A matrix scenario run at ``headroom`` (low, so that its minutes span light to overloaded), judged at
-    ``slo`` seconds (its own where ``None``), on the replica with ``replica``'s overrides."""
+    """A matrix scenario run at ``headroom`` (low, so that its minutes span light to overloaded; ``None``: the
+    built-in workload's own, learned headroom and budget as the default runs them), judged at ``slo`` seconds (its
+    own where ``None``), on the replica with ``replica``'s overrides."""
 
     which: str
     scenario: str
-    headroom: float
+    headroom: float | None
     slo: float | None = None
     replica: tuple[str, ...] = ()
 
@@ -87,6 +89,21 @@ HELD_OUT = (
     Case("recorded", "servegen9@60", 0.0, slo=2.0, replica=FAST),
 )
 """Runs they were not chosen on: other SLOs, other days, a faster replica."""
+UNDER_DEFAULT = (
+    Case("recorded", "servegen3@300", None),
+    Case("recorded", "servegen5@300", None),
+    Case("recorded", "servegen7@60", None),
+    Case("recorded", "servegen11@300", None),
+    Case("bursty", "diurnal@300", None),
+    Case("bursty", "bursty11@60", None),
+    Case("short", "azure@300", None),
+    Case("short", "flat@300", None),
+    Case("short", "day0@300", None),
+    Case("short", "day5@120", None),
+    Case("tight", "servegen11@120,slo1s", None),
+)
+"""Runs of the default itself, where its budget is spent: calm ones count their misses high, and what the budget
+reads there is what hands the headroom back (docs/findings.md, "Spending the calm days' budget")."""
 BINS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0)  # seconds of mean beyond prefill, the table's rows' upper edges
 
 
@@ -140,15 +157,24 @@ def read_minutes(
 
 
 def measure(
-    trace: Trace, model: ReplicaModel, raw_document: dict[str, Any], initial: int, slo_ttft: float, headroom: float
+    trace: Trace,
+    model: ReplicaModel,
+    raw_document: dict[str, Any],
+    initial: int,
+    slo_ttft: float,
+    headroom: float | None,
 ) -> tuple[list[Minute], float]:
-    """Run the document's workload at ``headroom`` (without a learned one) and read every minute's estimate; also
-    the run's attainment."""
+    """Run the document's workload at ``headroom`` (without a learned one; ``None``: as the document has it) and read
+    every minute's estimate; also the run's attainment."""
     document = parse_policy_document(raw_document, "<miss-estimate>")
     workload = document.workloads[0]
     # The headroom as given, not learned: the built-in's learned one would hold the fleet from the loads to span.
     fixed = {key: value for key, value in workload.policy.items() if key != "learnedHeadroom"}
-    doc, variant = policy_variant(document, workload, {**fixed, "headroom": headroom})
+    doc, variant = (
+        (document, workload)
+        if headroom is None
+        else policy_variant(document, workload, {**fixed, "headroom": headroom})
+    )
     contender = policy_contender(doc, variant, model)
     signals = contender.signals
     assert signals is not None
@@ -231,6 +257,10 @@ def measure_case(case: Case, cache: Path = CACHE) -> Measured:
     return Measured(case, slo, scenario.slo_target, minutes, attainment)
 
 
+def _headroom(case: Case) -> str:
+    return "default" if case.headroom is None else f"{case.headroom:g}"
+
+
 def summary(measured: list[Measured]) -> list[str]:
     lines = [
         "| case | headroom | SLO (s) | attainment | judged misses | estimated | estimated / judged | error, budgets |",
@@ -239,7 +269,7 @@ def summary(measured: list[Measured]) -> list[str]:
     for m in measured:
         ratio = f"{m.estimated / m.judged:.2f}" if m.judged else "-"
         lines.append(
-            f"| {m.case.label} | {m.case.headroom:g} | {m.slo:g} | {m.attainment:.4f} | {m.judged:,} | "
+            f"| {m.case.label} | {_headroom(m.case)} | {m.slo:g} | {m.attainment:.4f} | {m.judged:,} | "
             f"{m.estimated:,.0f} | {ratio} | {m.budget_error:+.2f} |"
         )
     return lines
@@ -251,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once, one process each")
     args = parser.parse_args(argv)
-    cases = [*CHOSEN_ON, *HELD_OUT]
+    cases = [*CHOSEN_ON, *HELD_OUT, *UNDER_DEFAULT]
     if args.jobs > 1:
         with mp.get_context("fork").Pool(args.jobs) as pool:
             measured = pool.map(partial(measure_case, cache=args.cache), cases, chunksize=1)
@@ -261,12 +291,17 @@ def main(argv: list[str] | None = None) -> int:
     body += [
         "Held out: runs the estimate's constants were not chosen on.",
         "",
-        *summary(measured[len(CHOSEN_ON) :]),
+        *summary(measured[len(CHOSEN_ON) : len(CHOSEN_ON) + len(HELD_OUT)]),
+        "",
+        "Under the default: the built-in workload's own learned headroom and budget, where what the count reads hands "
+        "the headroom back.",
+        "",
+        *summary(measured[len(CHOSEN_ON) + len(HELD_OUT) :]),
         "",
     ]
     for m in measured:
         body += [
-            f"**{m.case.label}**, headroom {m.case.headroom:g} (SLO {m.slo:g} s): "
+            f"**{m.case.label}**, headroom {_headroom(m.case)} (SLO {m.slo:g} s): "
             f"{m.first_tokens:,} first tokens, {m.judged:,} judged misses, "
             f"{m.estimated:,.0f} estimated (attainment {m.attainment:.4f}).",
             "",
@@ -278,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         given = sys.argv[1:] if argv is None else argv
         command = " ".join(["python -m simulations.miss_estimate", *given])
         intro = [
-            "Each case: the built-in workload's `predictive` at the headroom given, on a matrix scenario, judged at "
+            "Each case: the built-in workload's `predictive` at the headroom given (`default`: its own, learned "
+            "and handed back as the budget burns), on a matrix scenario, judged at "
             "its SLO or the one given, on the built-in replica or the fast one (`prefill_tokens_per_s=2500`). A "
             "row of a case's table gathers the minutes whose estimated mean time to first token beyond own "
             "prefill falls in its range; `missed` is the share of their first tokens the SLO judged late, "

@@ -51,10 +51,13 @@ def test_the_command_writes_a_dated_report_from_the_matrixs_cache(
     monkeypatch.setattr(miss_estimate, "scenarios", lambda which: [tiny])
     monkeypatch.setattr(miss_estimate, "CHOSEN_ON", (Case("short", "quarter@60", 0.0),))
     monkeypatch.setattr(miss_estimate, "HELD_OUT", (Case("short", "quarter@60", 0.2, slo=1.0),))
+    monkeypatch.setattr(miss_estimate, "UNDER_DEFAULT", (Case("short", "quarter@60", None, slo=1.5),))
     args = ["--cache", str(tmp_path / "cache"), "--report", str(tmp_path)]
     assert miss_estimate.main(args) == 0
     assert len(list((tmp_path / "cache").iterdir())) == 1  # sized once, then read back
     report = next(tmp_path.glob("*-miss-estimate.md")).read_text()
     assert "python -m simulations.miss_estimate --cache" in report and "Held out" in report
     assert report.count("**quarter@60**") == 1 and report.count("**quarter@60 judged at 1 s**") == 1
-    assert report.count("| quarter@60") == 2  # a line of the summary each
+    assert "**quarter@60 judged at 1.5 s**, headroom default" in report and "Under the default" in report
+    assert "| quarter@60 judged at 1.5 s | default | 1.5 |" in report
+    assert report.count("| quarter@60") == 3  # a line of the summary each
