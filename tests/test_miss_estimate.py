@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 
@@ -61,3 +62,16 @@ def test_the_command_writes_a_dated_report_from_the_matrixs_cache(
     assert "**quarter@60 judged at 1.5 s**, headroom default" in report and "Under the default" in report
     assert "| quarter@60 judged at 1.5 s | default | 1.5 |" in report
     assert report.count("| quarter@60") == 3  # a line of the summary each
+
+
+def test_a_case_without_a_headroom_runs_the_default_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The third group measures the count where the default spends its budget: its own learned headroom and budget,
+    the run the matrix caches as the default's, not the fixed headroom of the other two groups."""
+    tiny = Scenario("quarter@60", partial(synthetic_day, 0, 2.0, 0.25, 1), 60)
+    monkeypatch.setattr(miss_estimate, "scenarios", lambda which: [tiny])
+    cache = tmp_path / "cache"
+    own = miss_estimate.measure_case(Case("short", "quarter@60", None), cache)
+    fixed = miss_estimate.measure_case(Case("short", "quarter@60", 0.0), cache)
+    baseline = json.loads(next(cache.iterdir()).read_text())
+    assert own.attainment == pytest.approx(baseline["default_slo"])
+    assert own.first_tokens > 0 and own.attainment != fixed.attainment
