@@ -168,13 +168,11 @@ def measure(
     every minute's estimate; also the run's attainment."""
     document = parse_policy_document(raw_document, "<miss-estimate>")
     workload = document.workloads[0]
-    # The headroom as given, not learned: the built-in's learned one would hold the fleet from the loads to span.
-    fixed = {key: value for key, value in workload.policy.items() if key != "learnedHeadroom"}
-    doc, variant = (
-        (document, workload)
-        if headroom is None
-        else policy_variant(document, workload, {**fixed, "headroom": headroom})
-    )
+    doc, variant = document, workload
+    if headroom is not None:
+        # The headroom as given, not learned: the built-in's learned one would hold the fleet from the loads to span.
+        fixed = {key: value for key, value in workload.policy.items() if key != "learnedHeadroom"}
+        doc, variant = policy_variant(document, workload, {**fixed, "headroom": headroom})
     contender = policy_contender(doc, variant, model)
     signals = contender.signals
     assert signals is not None
