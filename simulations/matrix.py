@@ -34,7 +34,8 @@ sized and cached apart.
 of the minute just past, told exactly, at its cheapest utilization), and judges the default, the variant and the
 follower by issue 36's check (``check_failures``): where the follower fails it too, no rule that sizes the
 fleet in proportion to the present load passes (docs/findings.md, "What only a forecast can save: the reactive
-follower").
+follower"). ``--reactive-at U`` also runs that follower told one utilization ``U`` for every scenario, no search:
+what a margin known before the traffic, the same on every run, gives (``reactive_fixed``).
 
 The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
 ``--cache`` (they do not depend on the variant); delete it when the simulator, the sizing or the default
@@ -62,7 +63,8 @@ import numpy as np
 import simulations.jobs as simulation_jobs
 from policies.policy_file import parse_policy_document
 from simulations.builtin import sized_builtin
-from simulations.clairvoyant import clairvoyant, reactive
+from simulations.clairvoyant import clairvoyant, minute_past, reactive
+from simulations.clairvoyant import contender as follower_contender
 from simulations.compare import footing
 from simulations.contenders import keda_contender, policy_contender, policy_variant
 from simulations.replica_model import ReplicaModel, parse_overrides
@@ -356,7 +358,12 @@ def _one(index: int) -> dict[str, Any]:
     document = parse_policy_document(raw, "<matrix>")
     workload = document.workloads[0]
     variant_doc, variant = policy_variant(document, workload, {**dict(workload.policy), **settings.get("policy", {})})
-    if settings.keys() - {"tune", "check"}:
+    if "reactive_at" in settings:  # beside the searched follower: its document, not the variant's behavior
+        plain = parse_policy_document(baseline.document, "<matrix>")
+        need = minute_past(trace, model, float(plain.interval))
+        told = follower_contender(plain, plain.workloads[0], need, settings["reactive_at"], "reactive")
+        _record(row, "reactive_fixed", run(trace, model, told, baseline.initial, scenario.slo_ttft, timeline=False))
+    if settings.keys() - {"tune", "check", "reactive_at"}:
         contender = policy_contender(variant_doc, variant, model)
         _record(row, "variant", run(trace, model, contender, baseline.initial, scenario.slo_ttft, timeline=False))
     if settings.get("tune"):
@@ -384,8 +391,8 @@ def _record(row: dict[str, Any], prefix: str, result: RunResult) -> None:
         row[f"{prefix}_setting"] = result.tuned  # in --out: what tuning found, as simulate's report names it
 
 
-PREFIXES = ("default", "variant", "tuned_predictive", "tuned_threshold", "reactive")
-CHECKED = ("default", "variant", "reactive")  # judged by the check where the run has its baselines
+PREFIXES = ("default", "variant", "tuned_predictive", "tuned_threshold", "reactive", "reactive_fixed")
+CHECKED = ("default", "variant", "reactive", "reactive_fixed")  # judged by the check where the run has its baselines
 
 
 def _verdict(row: dict[str, Any], target: float, prefix: str) -> str:
@@ -490,6 +497,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run keda-sum, the clairvoyant and the reactive follower, and judge by issue 36's check",
     )
+    parser.add_argument(
+        "--reactive-at",
+        type=float,
+        metavar="U",
+        help="with --check, also run the reactive follower at this one utilization on every scenario (no search)",
+    )
     parser.add_argument("--scenarios", choices=["short", "long", "recorded", "bursty", "tight"], default="short")
     parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
     parser.add_argument(
@@ -512,6 +525,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.reactive_at is not None and not (args.check and 0 < args.reactive_at <= 1):
+        print(
+            "error: --reactive-at: a utilization in (0, 1], with --check (its runs are judged by the check)",
+            file=sys.stderr,
+        )
+        return 2
     args.cache.mkdir(parents=True, exist_ok=True)
     chosen = [replace(s, replica=tuple(args.replica)) for s in scenarios(args.scenarios) if args.only in s.name]
     settings: dict[str, Any] = {"policy": dict(args.settings)} if args.settings else {}
@@ -521,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
         settings["tune"] = True
     if args.check:
         settings["check"] = True
+    if args.reactive_at is not None:
+        settings["reactive_at"] = args.reactive_at
     simulation_jobs.PARALLEL_MIN_REQUESTS = 10**12  # one scenario per process, each of them serial
     _JOBS[:] = [(s, settings, args.cache) for s in chosen]
     targets = {s.name: s.slo_target for s in chosen}
@@ -559,7 +580,7 @@ def write_report(
     """The rows as a dated Markdown table (GPU-hours and SLO attainment per contender, and the verdict), then the
     summary."""
     shown = [p for p in PREFIXES if any(f"{p}_gpu_hours" in r for r in rows)]
-    given = {k: v for k, v in settings.items() if k != "check"}
+    given = {k: v for k, v in settings.items() if k not in ("check", "reactive_at")}
     variant = f"the variant: `{json.dumps(given)}`" if given else "no variant, the default alone"
     checked = any("clairvoyant_gpu_hours" in r for r in rows)
     judged = [p for p in CHECKED if p in shown] if checked else []
@@ -574,7 +595,9 @@ def write_report(
         f"`--cache` ({args.cache}) where a run had left them (delete it when the simulator changes).",
         "",
         "| scenario | static-best | "
-        + " | ".join([*extra, *(p.replace("_", " ") for p in shown), *(f"check ({p})" for p in judged)])
+        + " | ".join(
+            [*extra, *(p.replace("_", " ") for p in shown), *(f"check ({p.replace('_', ' ')})" for p in judged)]
+        )
         + " |",
         "|---" * (2 + len(extra) + len(shown) + len(judged)) + "|",
     ]
@@ -588,6 +611,11 @@ def write_report(
             "setting that meets the SLO (`clairvoyant.reactive`): where it fails the check too, no rule that sizes the "
             "fleet in proportion to the present load passes, however it is tuned; the summary counts those runs "
             "among each contender's failures (`reactive_fails_too`)."
+        )
+    if "reactive_at" in settings:
+        lines[0] += (
+            f" `reactive fixed` is the same follower told one utilization, {settings['reactive_at']}, on every run: "
+            "a margin known before the traffic, the same on every run."
         )
     for row in rows:
         static = f"{row['static_replicas']}, {row['static_gpu_hours']}" if row["static_replicas"] else "none"

@@ -210,22 +210,34 @@ def test_the_reactive_follower_is_judged_by_the_same_check_beside_the_default(tm
     assert "| y | 10, 100.0 | 70.0 (0.9500) | 60.0 | 85.0 (0.9950) win | 78.0 (0.9900) win | saves 38%" in text
 
 
-def test_the_check_runs_its_baselines_once_and_reads_them_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--check`` runs keda-sum, the clairvoyant and the reactive follower beside the default, caches them with the
-    scenario and reads them back on the next run; ``--out`` carries the utilization the follower's search found."""
-    import json
+@pytest.fixture
+def quarter_day(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every set made of one scenario, a quarter of a small generator's day at 60 s; ``--check``'s arguments for it,
+    with its cache and its rows (``--out``) in ``tmp_path``."""
     from functools import partial
 
     import simulations.jobs as simulation_jobs
     import simulations.matrix as matrix
-    from simulations.matrix import Scenario, main
+    from simulations.matrix import Scenario
     from simulations.traces import synthetic_day
 
     tiny = Scenario("quarter@60", partial(synthetic_day, 0, 2.0, 0.25, 1), 60)
     monkeypatch.setattr(matrix, "scenarios", lambda which: [tiny])
     monkeypatch.setattr(simulation_jobs, "PARALLEL_MIN_REQUESTS", simulation_jobs.PARALLEL_MIN_REQUESTS)  # main sets it
-    out, cache = tmp_path / "rows.json", tmp_path / "cache"
-    args = ["--check", "--jobs", "1", "--cache", str(cache), "--out", str(out)]
+    return ["--check", "--jobs", "1", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "rows.json")]
+
+
+def test_the_check_runs_its_baselines_once_and_reads_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quarter_day: list[str]
+) -> None:
+    """``--check`` runs keda-sum, the clairvoyant and the reactive follower beside the default, caches them with the
+    scenario and reads them back on the next run; ``--out`` carries the utilization the follower's search found."""
+    import json
+
+    import simulations.matrix as matrix
+    from simulations.matrix import main
+
+    out, cache, args = tmp_path / "rows.json", tmp_path / "cache", quarter_day
     assert main(args) == 0
     [row] = json.loads(out.read_text())
     assert row["reactive_slo"] >= 0.99 and row["reactive_gpu_hours"] >= row["clairvoyant_gpu_hours"]
@@ -241,6 +253,46 @@ def test_the_check_runs_its_baselines_once_and_reads_them_back(tmp_path: Path, m
     assert main(args) == 0
     [again] = json.loads(out.read_text())
     assert again == {**row, "elapsed_s": again["elapsed_s"]}
+
+
+def test_the_follower_told_one_utilization_runs_as_the_searched_one_at_it(
+    tmp_path: Path, quarter_day: list[str]
+) -> None:
+    """``--reactive-at U`` runs the reactive follower at ``U`` on every scenario, no search: told the utilization its
+    search found, it makes that run again to the request; the report says what it is and judges it by the check."""
+    import json
+
+    from simulations.matrix import main
+
+    out, common = tmp_path / "rows.json", quarter_day
+    assert main(common) == 0
+    [searched] = json.loads(out.read_text())
+    found = searched["reactive_setting"]["utilization"]
+    assert main([*common, "--reactive-at", str(found), "--report", str(tmp_path), "--label", "told"]) == 0
+    [row] = json.loads(out.read_text())
+    assert (row["reactive_fixed_gpu_hours"], row["reactive_fixed_slo"]) == (
+        searched["reactive_gpu_hours"],
+        searched["reactive_slo"],
+    )
+    assert row["reactive_fixed_setting"] == {"utilization": found}
+    assert "variant_gpu_hours" not in row  # a told follower is not a variant of the default
+    assert main([*common, "--reactive-at", "0.05"]) == 0
+    [lean] = json.loads(out.read_text())
+    assert lean["reactive_fixed_gpu_hours"] > row["reactive_fixed_gpu_hours"]  # a twentieth of the work per replica
+    [report] = tmp_path.glob("*matrix-short-told.md")
+    text = report.read_text()
+    assert f"told one utilization, {found}, on every run" in text and "| check (reactive fixed) |" in text
+    assert "no variant, the default alone" in text
+
+
+def test_the_follower_told_one_utilization_needs_the_check_and_a_utilization(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from simulations.matrix import main
+
+    for args in (["--reactive-at", "0.4"], ["--check", "--reactive-at", "1.5"], ["--check", "--reactive-at", "0"]):
+        assert main([*args, "--only", "nothing"]) == 2
+        assert capsys.readouterr().err.startswith("error: --reactive-at: a utilization in (0, 1], with --check")
 
 
 def test_a_replica_override_sizes_and_caches_each_scenario_apart(tmp_path: Path) -> None:
