@@ -1,12 +1,13 @@
 """A fleet of simulated vLLM replicas, advanced in fixed time steps.
 
-Each replica does continuous batching: a request waits in the replica's queue until the batch has room
-(``max_num_seqs``) and the KV cache can hold its prompt and output (reserved on admission, so there is no
-preemption, and the KV-cache usage gauge shows that reservation: it reads 100 % exactly when the replica
-can admit nothing more, as vLLM's does when its cache is full); the requests being prefilled share the
-prefill throughput equally, and prefill has priority over decode for the replica's time (vLLM's
-prefill-first scheduling); the decoding sequences each advance at ``decode_rate(batch)``. The first
-token comes when the prefill completes.
+Each replica does continuous batching as vLLM V1's scheduler does (``replica_model`` gives the cost of an
+engine step): a request reaches its replica's queue ``request_overhead_s`` after it arrives and is admitted
+while the batch has room (``max_num_seqs``) and the KV cache has free blocks for its prompt; the admitted
+prompts are prefilled first come, first served within each engine step's token budget, beside one token
+for every decoding sequence; a sequence's cache grows a block at a time as it decodes, and when the cache
+runs out the newest running request is preempted: its blocks are freed and it waits at the head of the
+queue to be prefilled again, prompt and generated tokens together. The first token comes when the prefill
+completes. The KV-cache usage gauge shows the blocks in use.
 
 Running requests live in flat numpy arrays, so one step costs a handful of vector operations whatever
 the fleet size; the fleet owns them (``_admit`` and ``_keep`` make new ones), so a step updates them in
@@ -48,104 +49,44 @@ def group_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, sizes
 
 
-SMALL_SHARE = 40
-"""Up to this many members, ``share_processor`` water-fills in plain Python (``_share_small``): its two
-dozen numpy calls on a few prompts cost more than the arithmetic (about a quarter of the Azure hour's
-``simulate``, load tests included, went to them); at this size the two take about as long."""
+def serve_in_order(
+    group: np.ndarray, demand: np.ndarray, start: np.ndarray, capacity: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """First come, first served within one step, for many groups at once (vLLM's chunked prefill: the
+    oldest admitted prompt takes an engine step's room before the next).
 
-
-def share_processor(group: np.ndarray, demand: np.ndarray, capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Processor sharing within one step, for many groups at once.
-
-    ``capacity[g]`` units are shared equally among the members of group ``g``; a member that needs less
-    than its share finishes and leaves the rest to the others (water-filling). Returns what each member
+    Members are given in their order of service within each group. ``capacity[g]`` units are served to
+    group ``g`` over the step at an even rate; member ``k`` can be served from ``start[k]`` (a fraction of
+    the step: it arrived inside it) and after the member before it is done. Returns what each member
     receives and, for the members that finish, the fraction of the step at which they do (> 1 otherwise).
+
+    Member ``k`` of a group finishes at ``S[k] + max(start[j] - S[j - 1] for j <= k)``, ``S`` the running
+    sum of the members' service times: the latest of the members before it to have started without waiting
+    sets the pace. One running maximum per group computes it; ``tests/test_fleet.py`` holds it to a loop.
     """
     n = len(demand)
     if n == 0:
         return np.zeros(0), np.zeros(0)
-    if n == 1:  # one prompt in prefill fleet-wide, the common case of a light load: no sharing to compute
-        cap1, need = float(capacity[group[0]]), float(demand[0])
-        if need <= cap1 * (1 + 1e-12):
-            return np.array([need]), np.array([need / max(cap1, 1e-12)])
-        return np.array([cap1]), np.array([2.0])
-    cap = capacity[group]
-    if np.bincount(group).max() == 1:  # one prompt in prefill per replica: again no sharing to compute
-        finishes = demand <= cap * (1 + 1e-12)
-        return np.where(finishes, demand, cap), np.where(finishes, demand / np.maximum(cap, 1e-12), 2.0)
-    if n <= SMALL_SHARE:
-        return _share_small(group.tolist(), demand.tolist(), cap.tolist())
-    order = np.lexsort((demand, group))
-    d, g = demand[order], group[order]
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    cap = np.maximum(capacity[g], 1e-12)
+    service = demand[order] / cap
+    total = np.cumsum(service)
     starts, sizes = group_runs(g)
-    first = np.repeat(starts, sizes)
-    rank = np.arange(n) - first
-    size = np.repeat(sizes, sizes)
-    remaining = size - rank  # members still sharing when this one is reached
-    cap = cap[order]
-    previous = np.empty(n)
-    previous[0] = 0.0
-    previous[1:] = d[:-1]
-    previous[starts] = 0.0
-    # Capacity used by the time member k finishes: every member still present has received d[k].
-    spent = np.cumsum((d - previous) * remaining)
-    offset = np.repeat(spent[starts] - ((d - previous) * remaining)[starts], sizes)
-    spent = spent - offset
-    finishes = spent <= cap * (1 + 1e-12)
-    # The level reached by those who do not finish: what is left, shared by those left. ``short_at`` is
-    # the rank of the group's first member that does not finish (its size if all do); the member before
-    # it (index -1 when there is none, masked out) is the last to finish.
-    short_at = np.repeat(np.minimum.reduceat(np.where(finishes, size, rank), starts), sizes)
-    last_done = first + short_at - 1
-    any_done = short_at > 0
-    before = np.where(any_done, spent[last_done], 0.0)
-    base = np.where(any_done, d[last_done], 0.0)
-    level = base + (cap - before) / np.maximum(size - short_at, 1)
-    received = np.where(finishes, d, level)
-    frac = np.where(finishes, spent / np.maximum(cap, 1e-12), 2.0)
+    before = np.repeat(total[starts] - service[starts], sizes)
+    run = total - before  # the service times summed within the group, up to each member
+    lead = start[order] - (run - service)
+    # A running maximum that restarts at each group: lift each group above the ones before it.
+    lift = np.repeat(np.arange(len(starts), dtype=float), sizes) * (float(np.abs(lead).max()) * 2.0 + 2.0)
+    paced = np.maximum.accumulate(lead + lift) - lift
+    finish = run + paced
+    done = finish <= 1.0 + 1e-12
+    begin = finish - service
+    received = np.where(done, demand[order], np.clip(1.0 - begin, 0.0, None) * cap)
+    frac = np.where(done, finish, 2.0)
     out_received, out_frac = np.empty(n), np.empty(n)
     out_received[order], out_frac[order] = received, frac
     return out_received, out_frac
-
-
-def _share_small(group: list[int], demand: list[float], cap: list[float]) -> tuple[np.ndarray, np.ndarray]:
-    """``share_processor``'s general case, for ``cap`` given per member, on Python floats: the same
-    operations in the same order, so the same results to the bit (its running total runs over all groups
-    in order, each group's taken less the total before it, as ``np.cumsum`` and the offset compute it)."""
-    n = len(demand)
-    order = sorted(range(n), key=lambda i: (group[i], demand[i]))  # stable, as ``np.lexsort``
-    received, frac = [0.0] * n, [0.0] * n
-    total = 0.0
-    k = 0
-    while k < n:
-        g = group[order[k]]
-        end = k
-        while end < n and group[order[end]] == g:
-            end += 1
-        size = end - k
-        members = order[k:end]
-        spent: list[float] = []
-        offset = 0.0
-        previous = 0.0
-        short_at = size
-        for rank, i in enumerate(members):
-            step = (demand[i] - previous) * (size - rank)
-            total = total + step
-            if rank == 0:
-                offset = total - step
-            spent.append(total - offset)
-            previous = demand[i]
-            if short_at == size and not spent[rank] <= cap[i] * (1 + 1e-12):
-                short_at = rank
-        before = spent[short_at - 1] if short_at > 0 else 0.0
-        base = demand[members[short_at - 1]] if short_at > 0 else 0.0
-        for rank, i in enumerate(members):
-            if spent[rank] <= cap[i] * (1 + 1e-12):
-                received[i], frac[i] = demand[i], spent[rank] / max(cap[i], 1e-12)
-            else:
-                received[i], frac[i] = base + (cap[i] - before) / max(size - short_at, 1), 2.0
-        k = end
-    return np.array(received), np.array(frac)
 
 
 @dataclass
@@ -157,7 +98,6 @@ class Replica:
     removed_at: float | None = None
     waiting: deque[int] = field(default_factory=deque)
     running: int = 0
-    kv_reserved: float = 0.0
     # Prefix caching: the keys of the prompt blocks this replica holds, least recently used first.
     blocks: OrderedDict[int, None] = field(default_factory=OrderedDict)
 
@@ -198,13 +138,21 @@ class Fleet:
         self.trace = trace
         n = trace.requests
         self.arrival = trace.arrival_s
+        # The engine sees a request ``request_overhead_s`` after it arrives (HTTP, tokenisation, scheduling).
+        self.engine_arrival = self.arrival + model.request_overhead_s
         self.prompt = trace.prompt_tokens.astype(np.float64)
         self.output = trace.output_tokens.astype(np.float64)
-        # The KV cache a request reserves on admission: its prompt and output, at most the whole cache.
-        self.footprint = np.minimum(self.prompt + self.output, model.kv_cache_tokens)
         # The prompt tokens each request prefills: all of them, less a prefix its replica holds (set on
-        # admission).
+        # admission). What the SLO judges a request's own prefill by.
         self.computed = self.prompt.copy()
+        # What a request holds in the KV cache once prefilled, and the tokens it prefills and decodes when
+        # admitted: its prompt, prefilled in full and decoded to the end, until it is preempted; then its
+        # prompt and the tokens generated so far, all prefilled again, and what is left to decode.
+        self.context = self.prompt.copy()
+        self.to_prefill = self.prompt.copy()
+        self.to_decode = self.output - 1.0
+        self.preempted = np.zeros(n, dtype=bool)
+        self.preemptions = 0
         self.prefix = trace.prefix if model.prefix_caching else None
         self.cache_blocks = int(model.kv_cache_tokens // self.prefix.block_tokens) if self.prefix else 0
         self.first_token = np.full(n, np.nan)
@@ -216,15 +164,13 @@ class Fleet:
         self.replicas: list[Replica] = []  # every replica ever created; index = position
         self.live: list[Replica] = []  # those not removed yet
         self.round_robin = 0
-        # Running requests, one entry each.
+        # Running requests, one entry each, in their order of admission on each replica.
         self.r_rep = np.zeros(0, dtype=np.int64)
         self.r_req = np.zeros(0, dtype=np.int64)
         self.r_pre = np.zeros(0)
         self.r_dec = np.zeros(0)
         self.r_start = np.zeros(0)
-        # Each running request's tokens in a step without prefill: set by the first such step of a batch,
-        # kept until a request is admitted or leaves (``_admit``, ``_keep``).
-        self.r_tokens_per_step: np.ndarray | None = None
+        self.r_ctx = np.zeros(0)  # tokens held in the KV cache (blocks are reserved for the prompt on admission)
         self.prompt_tokens_total = 0.0
         self.generation_tokens_total = 0.0
         self.ttft_counts = np.zeros(len(TTFT_BUCKETS) + 1)  # first tokens per bucket, not cumulative
@@ -239,6 +185,12 @@ class Fleet:
         self.last_scrape_at = -math.inf
         for _ in range(initial_replicas):
             self._create(0.0, 0.0)
+
+    def release(self, req: int, at: float) -> None:
+        """A closed-loop client sends request ``req`` at ``at``: its arrival was left unknown (``inf``) in
+        the trace until now. Requests are released in order, so arrivals stay sorted."""
+        self.arrival[req] = at
+        self.engine_arrival[req] = at + self.model.request_overhead_s
 
     # -- the cluster side -------------------------------------------------------------------------
 
@@ -291,13 +243,17 @@ class Fleet:
         self.left += len(replica.waiting)
         replica.waiting.clear()
         replica.running = 0
-        replica.kv_reserved = 0.0
         self._remove(replica, now)
 
     def _keep(self, mask: np.ndarray) -> None:
-        self.r_tokens_per_step = None
         self.r_rep, self.r_req = self.r_rep[mask], self.r_req[mask]
         self.r_pre, self.r_dec, self.r_start = self.r_pre[mask], self.r_dec[mask], self.r_start[mask]
+        self.r_ctx = self.r_ctx[mask]
+
+    def kv_used(self) -> np.ndarray:
+        """The KV-cache tokens each replica (by index) holds: its running requests' blocks."""
+        held: np.ndarray = np.bincount(self.r_rep, weights=self.model.blocks(self.r_ctx), minlength=len(self.replicas))
+        return held
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -305,7 +261,7 @@ class Fleet:
         """Send requests, in order, to the replicas that take traffic (there is at least one).
 
         Least-waiting routing picks, for each request, the replica with the fewest waiting, then the least
-        KV reserved, then the fewest running, the first such in ``candidates``; only the waiting counts
+        KV cache in use, then the fewest running, the first such in ``candidates``; only the waiting counts
         change while a step's arrivals are routed (admission comes after), so the keys are built once, in
         a heap.
         """
@@ -316,17 +272,18 @@ class Fleet:
                 candidates[self.round_robin % len(candidates)].waiting.append(req)
                 self.round_robin += 1
             return
+        kv = self.kv_used().tolist()
         if self.model.routing == "prefix-aware" and self.prefix is not None:
-            self._route_by_prefix(reqs, candidates)
+            self._route_by_prefix(reqs, candidates, kv)
             return
-        heap = [(len(r.waiting), r.kv_reserved, r.running, i) for i, r in enumerate(candidates)]
+        heap = [(len(r.waiting), kv[r.index], r.running, i) for i, r in enumerate(candidates)]
         heapq.heapify(heap)
         for req in reqs:
-            waiting, kv, running, i = heap[0]
+            waiting, held, running, i = heap[0]
             candidates[i].waiting.append(req)
-            heapq.heapreplace(heap, (waiting + 1, kv, running, i))
+            heapq.heapreplace(heap, (waiting + 1, held, running, i))
 
-    def _route_by_prefix(self, reqs: list[int], candidates: list[Replica]) -> None:
+    def _route_by_prefix(self, reqs: list[int], candidates: list[Replica], kv: list[float]) -> None:
         """Prefix-aware routing: each request goes to the replica that holds the longest prefix of its
         prompt, among those with at most ``PREFIX_ROUTING_SLACK`` more waiting than the least (so that a
         popular prefix cannot pile its requests onto one replica); ties go as in least-waiting routing."""
@@ -340,7 +297,7 @@ class Fleet:
                 key=lambda i: (
                     -held_prefix(candidates[i].blocks, keys),
                     waiting[i],
-                    candidates[i].kv_reserved,
+                    kv[candidates[i].index],
                     candidates[i].running,
                     i,
                 ),
@@ -349,40 +306,48 @@ class Fleet:
             waiting[best] += 1
 
     def _admit(self, now: float) -> None:
-        cap, max_seqs, footprint = self.model.kv_cache_tokens, self.model.max_num_seqs, self.footprint
+        """Admit each replica's waiting requests in order while its batch has room and its KV cache has free
+        blocks for the request's prompt (a request alone is admitted whatever its size)."""
+        model = self.model
+        cap, max_seqs, size = model.kv_cache_tokens, model.max_num_seqs, float(model.kv_block_tokens)
         reps: list[int] = []
         reqs: list[int] = []
+        kv: list[float] | None = None
         for replica in self.live:
             if not replica.waiting or replica.ready_at > now:
                 continue
+            if kv is None:
+                kv = self.kv_used().tolist()
             while replica.waiting and replica.running < max_seqs:
                 req = replica.waiting[0]
-                need = footprint[req]
-                if replica.running and replica.kv_reserved + need > cap:
+                need = math.ceil(float(self.context[req]) / size) * size
+                if replica.running and kv[replica.index] + need > cap:
                     break
                 replica.waiting.popleft()
                 replica.running += 1
-                replica.kv_reserved += need
+                kv[replica.index] += need
                 reps.append(replica.index)
                 reqs.append(req)
         if not reqs:
             return
         if self.prefix is not None:
             for rep, req in zip(reps, reqs, strict=True):
+                if self.preempted[req]:
+                    continue
                 cached = self._reuse_prefix(self.replicas[rep], req)
                 self.computed[req] = max(self.prompt[req] - cached, 1.0)
-                # vLLM counts a prompt's cached tokens among its prompt tokens.
-                self.prompt_tokens_total += self.prompt[req] - self.computed[req]
+                self.to_prefill[req] = self.computed[req]
         idx = np.asarray(reqs, dtype=np.int64)
-        # A request that arrives inside the step is admitted on arrival, not at the step's start.
-        start = np.maximum(self.arrival[idx], now)
-        self.admitted[idx] = start
-        self.r_tokens_per_step = None
+        # A request that reaches its replica inside the step is admitted then, not at the step's start.
+        start = np.maximum(self.engine_arrival[idx], now)
+        first = np.isnan(self.admitted[idx])
+        self.admitted[idx[first]] = start[first]
         self.r_rep = np.concatenate([self.r_rep, np.asarray(reps, dtype=np.int64)])
         self.r_req = np.concatenate([self.r_req, idx])
-        self.r_pre = np.concatenate([self.r_pre, self.computed[idx]])
-        self.r_dec = np.concatenate([self.r_dec, self.output[idx] - 1.0])
+        self.r_pre = np.concatenate([self.r_pre, self.to_prefill[idx]])
+        self.r_dec = np.concatenate([self.r_dec, self.to_decode[idx]])
         self.r_start = np.concatenate([self.r_start, start])
+        self.r_ctx = np.concatenate([self.r_ctx, self.context[idx]])
 
     def _reuse_prefix(self, replica: Replica, req: int) -> float:
         """The prompt tokens of ``req`` that ``replica`` holds from earlier prompts (the longest prefix of
@@ -409,7 +374,7 @@ class Fleet:
                 self._decode_all(end)
             return
         candidates = [r for r in self.live if r.draining_since is None and r.ready_at <= now]
-        arrived = int(np.searchsorted(self.arrival, end, side="left"))
+        arrived = int(np.searchsorted(self.engine_arrival, end, side="left"))
         if candidates:
             self._route([*self.router_queue, *range(self.next_arrival, arrived)], candidates)
             self.router_queue.clear()
@@ -438,16 +403,25 @@ class Fleet:
         no scrape is due. Most steps of a sparse trace are such (70 % at 0.14 requests/s)."""
         if self.router_queue or self._scrape_due(end):
             return False
-        if self.next_arrival < len(self.arrival) and self.arrival[self.next_arrival] < end:
+        if self.next_arrival < len(self.arrival) and self.engine_arrival[self.next_arrival] < end:
             return False
         for replica in self.live:
             if replica.waiting or replica.draining_since is not None:
                 return False
         return not (self.r_pre > 0).any()
 
+    def _step_overhead(self, decoding: np.ndarray) -> np.ndarray:
+        """Each replica's (by index) cost of an engine step besides its tokens' compute: the weight read, and
+        the read of its decoding sequences' KV cache."""
+        model = self.model
+        context = np.bincount(self.r_rep[decoding], weights=self.r_ctx[decoding], minlength=len(self.replicas))
+        overhead: np.ndarray = model.weight_read_s + model.kv_read_s_per_token * context
+        return overhead
+
     def _advance(self, now: float, dt: float, end: float) -> None:
-        """One step of every replica's engine: ``iterations`` engine steps, each reading the weights once
-        and computing one token per decoding sequence plus a chunk of pending prefill."""
+        """One step of every replica's engine: ``iterations`` engine steps, each reading the weights and the
+        decoding sequences' KV cache once and computing one token per decoding sequence plus a chunk of
+        pending prefill."""
         prefilling = self.r_pre > 0
         idx_p = np.flatnonzero(prefilling)
         if not len(idx_p):  # most steps of a light load: no prefill, so every engine step is a decode
@@ -459,15 +433,16 @@ class Fleet:
             self._prefill_shared(now, dt, end, idx_p, prefilling)
 
     def _prefill_shared(self, now: float, dt: float, end: float, idx_p: np.ndarray, prefilling: np.ndarray) -> None:
-        """The requests ``idx_p`` in prefill share their replicas' prefill throughput; every replica
-        decodes in the engine steps this leaves."""
+        """The requests ``idx_p`` in prefill are served in order of admission from their replicas' prefill
+        throughput; every replica decodes in the engine steps this leaves."""
         model = self.model
         size = len(self.replicas)
-        flops, weights, budget = model.prefill_tokens_per_s, model.weight_read_s, float(model.max_num_batched_tokens)
+        flops, budget = model.prefill_tokens_per_s, float(model.max_num_batched_tokens)
+        weights = self._step_overhead(~prefilling)
         # Only the requests in prefill (``_p``) take part until the decode.
         rep_p, pre_p = self.r_rep[idx_p], self.r_pre[idx_p]
-        # The part of this step during which each request has been here (arrivals inside the step).
-        avail = np.minimum((end - self.r_start[idx_p]) / dt, 1.0)
+        # The part of this step before each request reached its replica (arrivals inside the step).
+        late = np.clip((self.r_start[idx_p] - now) / dt, 0.0, 1.0)
         pending = np.bincount(rep_p, weights=pre_p, minlength=size)
         batch = np.bincount(self.r_rep[~prefilling], minlength=size).astype(float)
         room = np.maximum(budget - batch, 0.0)
@@ -482,12 +457,9 @@ class Fleet:
         prefill_tokens = np.where(fits, pending, np.minimum(iterations * room, pending))
         # Prefill runs at the full-step rate while it lasts; when it all fits it simply ends early.
         rate = np.where(fits, np.maximum(prefill_tokens, it_full * room), prefill_tokens)
-        # A request that arrived inside the step can use at most its part of the step.
-        demand = np.minimum(pre_p, avail * rate[rep_p] + 1e-9 * (avail >= 1))
-        received, finish_frac = share_processor(rep_p, demand, rate)
+        received, finish_frac = serve_in_order(rep_p, pre_p, late, rate)
         used_p = np.minimum(received, pre_p)
         left_p = pre_p - used_p
-        self.prompt_tokens_total += float(used_p.sum())
         self.r_pre[idx_p] = left_p
         finished = np.zeros(len(self.r_pre), dtype=bool)
         done_p = left_p <= 1e-9
@@ -496,15 +468,9 @@ class Fleet:
             reqs = self.r_req[done]
             at = np.maximum(
                 now + np.minimum(finish_frac[done_p], 1.0) * dt,
-                self.r_start[done] + model.idle_prefill_s(self.computed[reqs]),
+                self.r_start[done] + model.engine_prefill_s(self.to_prefill[reqs]),
             )
-            self.first_token[reqs] = at
-            ttft = at - self.arrival[reqs]
-            self.ttft_counts += np.bincount(np.searchsorted(TTFT_BUCKETS, ttft), minlength=len(self.ttft_counts))
-            lengths = np.searchsorted(PROMPT_TOKEN_BUCKETS, self.prompt[reqs])
-            self.prompt_counts += np.bincount(lengths, minlength=len(self.prompt_counts))
-            self.ttft_sum += float(ttft.sum())
-            self.generation_tokens_total += float(len(done))
+            self._first_tokens(reqs, at)
             finished[done] = self.r_dec[done] <= 1e-9
         self._decode(end, iterations, ~prefilling, finished)
 
@@ -513,94 +479,141 @@ class Fleet:
         load: the same arithmetic, on floats, for its replica; every other replica's engine steps are
         those of a step without prefill (with nothing pending, all of the step is theirs)."""
         model = self.model
-        flops, weights, budget = model.prefill_tokens_per_s, model.weight_read_s, float(model.max_num_batched_tokens)
+        flops, budget = model.prefill_tokens_per_s, float(model.max_num_batched_tokens)
         replica, pre, start = int(self.r_rep[i]), float(self.r_pre[i]), float(self.r_start[i])
-        batch = np.bincount(self.r_rep, minlength=len(self.replicas)).astype(float)
-        decoding_here = float(batch[replica] - 1.0)
+        decoding = ~prefilling
+        overhead = self._step_overhead(decoding)
+        batch = np.bincount(self.r_rep[decoding], minlength=len(self.replicas)).astype(float)
+        weights, decoding_here = float(overhead[replica]), float(batch[replica])
         room = max(budget - decoding_here, 0.0)
         pending_s = pre / flops
         it_all = max(dt - pending_s, 0.0) / (weights + decoding_here / flops)
         fits = pending_s < dt and pre <= it_all * room + 1e-9
         it_full = dt / (weights + min(decoding_here + room, max(budget, decoding_here)) / flops)
-        iterations = self._decode_iterations(batch)
+        iterations = dt / (overhead + batch / flops)
         iterations[replica] = it_all if fits else it_full
         prefill_tokens = pre if fits else min(iterations[replica] * room, pre)
         rate = max(prefill_tokens, it_full * room) if fits else prefill_tokens
-        avail = min((end - start) / dt, 1.0)
-        demand = min(pre, avail * rate + 1e-9 * (avail >= 1))
-        if demand <= rate * (1 + 1e-12):  # ``share_processor`` for one member
-            used, finish_frac = min(demand, pre), demand / max(rate, 1e-12)
+        late = min(max((start - now) / dt, 0.0), 1.0)
+        finish_frac = late + pre / max(rate, 1e-12)  # ``serve_in_order`` for one member
+        if finish_frac <= 1.0 + 1e-12:
+            used = pre
         else:
-            used, finish_frac = min(rate, pre), 2.0
+            used, finish_frac = min(max(1.0 - late, 0.0) * max(rate, 1e-12), pre), 2.0
         left = pre - used
-        self.prompt_tokens_total += used
         self.r_pre[i] = left
         finished = np.zeros(len(self.r_pre), dtype=bool)
         if left <= 1e-9:
             req = int(self.r_req[i])
-            at = max(now + min(finish_frac, 1.0) * dt, start + float(model.idle_prefill_s(self.computed[req])))
-            self.first_token[req] = at
-            ttft_one = at - float(self.arrival[req])
-            self.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, ttft_one)] += 1
-            self.prompt_counts[bisect.bisect_left(PROMPT_TOKEN_BUCKETS, float(self.prompt[req]))] += 1
-            self.ttft_sum += ttft_one
-            self.generation_tokens_total += 1.0
+            at = max(now + min(finish_frac, 1.0) * dt, start + float(model.engine_prefill_s(self.to_prefill[req])))
+            self._first_tokens(np.array([req]), np.array([at]))
             finished[i] = self.r_dec[i] <= 1e-9
-        self._decode(end, iterations, ~prefilling, finished)
+        self._decode(end, iterations, decoding, finished)
+
+    def _first_tokens(self, reqs: np.ndarray, at: np.ndarray) -> None:
+        """The prefill of ``reqs`` completes at ``at``: a first token for each, counted in vLLM's histograms
+        and counters (its prompt tokens among them, cached ones included, as vLLM counts them when the first
+        token comes), unless the request was preempted after its first token and prefilled again."""
+        fresh = ~self.preempted[reqs]
+        if not fresh.all():
+            reqs, at = reqs[fresh], at[fresh]
+            if not len(reqs):
+                return
+        self.first_token[reqs] = at
+        ttft = at - self.arrival[reqs]
+        if len(reqs) == 1:
+            one, prompt = float(ttft[0]), float(self.prompt[reqs[0]])
+            self.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, one)] += 1
+            self.prompt_counts[bisect.bisect_left(PROMPT_TOKEN_BUCKETS, prompt)] += 1
+            self.ttft_sum += one
+            self.prompt_tokens_total += prompt
+        else:
+            self.ttft_counts += np.bincount(np.searchsorted(TTFT_BUCKETS, ttft), minlength=len(self.ttft_counts))
+            lengths = np.searchsorted(PROMPT_TOKEN_BUCKETS, self.prompt[reqs])
+            self.prompt_counts += np.bincount(lengths, minlength=len(self.prompt_counts))
+            self.ttft_sum += float(ttft.sum())
+            self.prompt_tokens_total += float(self.prompt[reqs].sum())
+        self.generation_tokens_total += float(len(reqs))
 
     def _decode_all(self, end: float) -> None:
-        """``_decode`` of a step without prefill, where every running request decodes: its tokens per step
-        depend only on its replica's batch, so they are worked out once per batch."""
-        if self.r_tokens_per_step is None:
-            batch = np.bincount(self.r_rep, minlength=len(self.replicas))
-            self.r_tokens_per_step = self._decode_iterations(batch)[self.r_rep]
-        tokens = np.minimum(self.r_tokens_per_step, self.r_dec)
-        self.generation_tokens_total += float(tokens.sum())
-        self.r_dec -= tokens
-        finished = self.r_dec <= 1e-9
-        if finished.any():
-            self._leave(finished, end)
+        """``_decode`` of a step without prefill, where every running request decodes."""
+        batch = np.bincount(self.r_rep, minlength=len(self.replicas))
+        everyone = np.ones(len(self.r_rep), dtype=bool)
+        self._decode(end, self._decode_iterations(batch, everyone), everyone, np.zeros(len(self.r_rep), dtype=bool))
 
-    def _decode_iterations(self, batch: np.ndarray) -> np.ndarray:
+    def _decode_iterations(self, batch: np.ndarray, decoding: np.ndarray) -> np.ndarray:
         """The engine steps in one step of replicas with nothing to prefill, by how many sequences each
-        decodes: one weight read and one token per sequence each."""
+        decodes: one weight read, one read of their KV cache and one token per sequence each."""
         model = self.model
-        iterations: np.ndarray = model.step_s / (model.weight_read_s + batch / model.prefill_tokens_per_s)
+        iterations: np.ndarray = model.step_s / (self._step_overhead(decoding) + batch / model.prefill_tokens_per_s)
         return iterations
 
     def _decode(self, end: float, iterations: np.ndarray, decoding: np.ndarray, finished: np.ndarray) -> None:
         """A token for each ``decoding`` request per engine step of its replica (``iterations``), then the
-        requests that are done (``finished`` already, or out of tokens) leave at ``end``."""
+        requests that are done (``finished`` already, or out of tokens) leave at ``end``; a replica whose
+        cache the new tokens overflow preempts its newest requests."""
         if decoding.any():
             step_tokens = np.minimum(iterations[self.r_rep[decoding]], self.r_dec[decoding])
             self.generation_tokens_total += float(step_tokens.sum())
             self.r_dec[decoding] -= step_tokens
+            self.r_ctx[decoding] += step_tokens
             finished = finished | (decoding & (self.r_dec <= 1e-9))
         if finished.any():
             self._leave(finished, end)
+        if decoding.any():
+            self._preempt_overflow()
+
+    def _preempt_overflow(self) -> None:
+        """Where a replica's running requests hold more KV blocks than its cache has, preempt the newest
+        until they fit (vLLM V1's recompute preemption): each frees its blocks and goes back to the head of
+        its replica's queue, to prefill its prompt and generated tokens again and decode the rest."""
+        model = self.model
+        held = model.blocks(self.r_ctx)
+        kv = np.bincount(self.r_rep, weights=held, minlength=len(self.replicas))
+        over = np.flatnonzero(kv > model.kv_cache_tokens + 1e-9)
+        if not len(over):
+            return
+        keep = np.ones(len(self.r_rep), dtype=bool)
+        for rep in over.tolist():
+            replica = self.replicas[rep]
+            mine = np.flatnonzero(self.r_rep == rep)
+            total = float(kv[rep])
+            for k in mine[::-1].tolist():
+                if total <= model.kv_cache_tokens + 1e-9 or replica.running <= 1:
+                    break
+                req = int(self.r_req[k])
+                total -= float(held[k])
+                keep[k] = False
+                replica.running -= 1
+                replica.waiting.appendleft(req)
+                self.preemptions += 1
+                if self.r_pre[k] <= 0:  # its first token is out: it resumes with what it has generated
+                    self.preempted[req] = True
+                    self.context[req] = self.to_prefill[req] = float(self.r_ctx[k])
+                    self.to_decode[req] = float(self.r_dec[k])
+        self._keep(keep)
 
     def _leave(self, finished: np.ndarray, end: float) -> None:
         """The ``finished`` requests free their replicas' batch slots and KV cache at ``end``."""
         done = self.r_req[finished]
         self.finished[done] = end
         self.left += len(done)
-        for rep, kv in zip(self.r_rep[finished].tolist(), self.footprint[done].tolist(), strict=True):
-            replica = self.replicas[rep]
-            replica.running -= 1
-            replica.kv_reserved -= kv
+        for rep in self.r_rep[finished].tolist():
+            self.replicas[rep].running -= 1
         self._keep(~finished)
 
     # -- what Prometheus sees ---------------------------------------------------------------------
 
     def _scrape(self, now: float) -> None:
         up = [r for r in self.live if r.ready_at <= now]
+        kv = self.kv_used().tolist()
         waiting = tuple(float(len(r.waiting)) for r in up)
         scrape = Scrape(
             at=now,
             up=len(up),
             waiting=float(sum(waiting)),
             running=float(sum(r.running for r in up)),
-            kv_max=max((r.kv_reserved / self.model.kv_cache_tokens for r in up), default=math.nan),
+            kv_max=max((kv[r.index] / self.model.kv_cache_tokens for r in up), default=math.nan),
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
             per_pod_waiting=waiting,

@@ -13,11 +13,24 @@ four NVIDIA A10G (24 GB) of an AWS g5.12xlarge, vLLM with ``--gpu-memory-utiliza
 * ``max_num_batched_tokens`` 2,048: the token budget of one engine step (vLLM's chunked-prefill default).
 * ``max_num_seqs`` 256, vLLM's default; on this hardware the KV cache is the binding limit.
 
-One engine step (continuous batching with chunked prefill) reads the weights once, a fixed
-``1 / decode_tokens_per_s - 1 / prefill_tokens_per_s`` seconds, and computes every token in the step (one
-per decoding sequence plus a chunk of pending prefill, within ``max_num_batched_tokens``) at
-``prefill_tokens_per_s``. So a sequence decodes at ``decode_tokens_per_s`` alone and slower in a big
-batch or beside a long prefill, and a replica's prefill and decode share its time as they do on a GPU.
+* ``kv_read_s_per_token`` 0.2 us: attention reads every running sequence's KV cache once an engine step,
+  320 KiB a token over 4 x 600 GB/s at about 70 % efficiency; 6 ms a step with the whole cache in use.
+* ``kv_block_tokens`` 16, vLLM's ``--block-size``.
+* ``request_overhead_s`` 0.05: HTTP, tokenisation and scheduling before the engine sees a request (30 to
+  200 ms measured on cached prompts; ``calibrate`` fits it).
+
+One engine step (continuous batching with chunked prefill, vLLM V1's scheduler) costs
+``weight_read_s + tokens / prefill_tokens_per_s + kv_read_s_per_token x context``: it reads the weights once
+(``1 / decode_tokens_per_s - 1 / prefill_tokens_per_s``), computes every token in the step (one per
+decoding sequence plus chunks of pending prefill, within ``max_num_batched_tokens``), and reads the KV cache
+of every decoding sequence (its prompt and the tokens it has generated). So a sequence alone decodes at
+``decode_tokens_per_s`` on a short context, and slower in a big batch, on long contexts, or beside a long
+prefill. Pending prefill is served first come, first served: the oldest admitted prompt takes the step's
+room before the next one. A request is admitted while the batch has room (``max_num_seqs``) and the KV cache
+has free blocks for its prompt; its cache then grows a token per output token, and when the cache runs out
+the newest running request is preempted (its blocks freed, recomputed later), as vLLM V1 does. Each
+parameter and how to measure it: ``docs/simulation.md``; ``vllm-autoscaler calibrate`` fits them to
+``vllm bench serve`` results.
 * ``prefix_caching`` on, as in vLLM's V1 engine: a replica keeps the KV blocks of the prompts it has
   prefilled, as many as its cache holds (``kv_cache_tokens``), the least recently used going first, and
   prefills only what follows the longest prefix it holds. It matters only for traces that record their
@@ -48,6 +61,9 @@ class ReplicaModel(StrictModel):
     kv_cache_tokens: float = Field(default=30_000, gt=0)
     prefill_tokens_per_s: float = Field(default=1_000.0, gt=0)
     decode_tokens_per_s: float = Field(default=20.0, gt=0, description="per sequence, at batch size 1")
+    kv_read_s_per_token: float = Field(default=2.0e-7, ge=0, description="an engine step's read of one cached token")
+    kv_block_tokens: int = Field(default=16, ge=1)
+    request_overhead_s: float = Field(default=0.05, ge=0, description="per request, before the engine sees it")
     max_num_batched_tokens: int = Field(default=2048, ge=1)
     gpus_per_replica: int = Field(default=4, ge=1)
     cold_start_s: float = Field(default=300.0, ge=0)
@@ -76,9 +92,18 @@ class ReplicaModel(StrictModel):
         """The fixed cost of one engine step: reading the weights."""
         return 1.0 / self.decode_tokens_per_s - 1.0 / self.prefill_tokens_per_s
 
-    def decode_rate(self, batch: float) -> float:
-        """Tokens per second of one sequence in a decode-only batch of ``batch`` sequences."""
-        return 1.0 / (self.weight_read_s + max(batch, 1.0) / self.prefill_tokens_per_s)
+    def decode_rate(self, batch: float, context: float = 0.0) -> float:
+        """Tokens per second of one sequence in a decode-only batch of ``batch`` sequences, each of which
+        holds ``context`` tokens in the KV cache."""
+        batch = max(batch, 1.0)
+        step = self.weight_read_s + batch / self.prefill_tokens_per_s + self.kv_read_s_per_token * batch * context
+        return 1.0 / step
+
+    def blocks(self, tokens: np.ndarray) -> np.ndarray:
+        """The KV-cache tokens that ``tokens`` occupy: whole blocks of ``kv_block_tokens``."""
+        size = float(self.kv_block_tokens)
+        held: np.ndarray = np.ceil(tokens / size) * size
+        return held
 
     def sequences_held(self, request_tokens: float) -> float:
         """How many requests of ``request_tokens`` (prompt and output) a replica runs at once: its
@@ -87,21 +112,28 @@ class ReplicaModel(StrictModel):
 
     @property
     def idle_prefill_tokens_per_s(self) -> float:
-        """The prompt tokens an idle replica prefills a second (``idle_prefill_s`` of one token, inverted): what
-        ``learnedHeadroom.budget.prefillTokensPerSecond`` tells the policy of this replica."""
-        return 1.0 / float(self.idle_prefill_s(np.array(1.0)))
+        """The prompt tokens an idle replica prefills a second (``engine_prefill_s`` of one token, inverted):
+        what ``learnedHeadroom.budget.prefillTokensPerSecond`` tells the policy of this replica."""
+        return 1.0 / float(self.engine_prefill_s(np.array(1.0)))
+
+    def engine_prefill_s(self, prompt: np.ndarray) -> np.ndarray:
+        """How long an idle engine takes to prefill ``prompt`` tokens: their compute, plus a weight read for
+        every ``max_num_batched_tokens`` chunk (chunked prefill)."""
+        time: np.ndarray = prompt * (1.0 / self.prefill_tokens_per_s + self.weight_read_s / self.max_num_batched_tokens)
+        return time
 
     def idle_prefill_s(self, prompt: np.ndarray) -> np.ndarray:
-        """How long an idle replica takes to prefill ``prompt`` tokens: their compute, plus a weight read for
-        every ``max_num_batched_tokens`` chunk (chunked prefill). The part of a request's time to first
-        token that no policy can remove, which the SLO does not hold against it."""
-        time: np.ndarray = prompt * (1.0 / self.prefill_tokens_per_s + self.weight_read_s / self.max_num_batched_tokens)
+        """A request's time to first token on an idle replica: the fixed ``request_overhead_s`` and its
+        prompt's ``engine_prefill_s``. The part of a request's time to first token that no policy can remove,
+        which the SLO does not hold against it."""
+        time: np.ndarray = self.request_overhead_s + self.engine_prefill_s(prompt)
         return time
 
     def latest_finish_s(self, output: np.ndarray) -> np.ndarray:
         """The longest a request can take from its first token to its last: one token per engine step, and
         the longest step computes a full chunk of prefill or a full batch beside the weight read."""
-        step = self.weight_read_s + max(self.max_num_batched_tokens, self.max_num_seqs) / self.prefill_tokens_per_s
+        compute = max(self.max_num_batched_tokens, self.max_num_seqs) / self.prefill_tokens_per_s
+        step = self.weight_read_s + compute + self.kv_read_s_per_token * self.kv_cache_tokens
         time: np.ndarray = output * step
         return time
 

@@ -71,9 +71,10 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
     # The built-in day's requests are the built-in distribution's, and 2 s is the reference SLO.
     assert data["model"]["builtin_target_shares"] == {"prompt_tokens_per_second": 1.0, "num_requests_running": 1.0}
     assert data["model"]["builtin_replica_share"] == 1.0  # the built-in replica
-    # A fleet of 24 pools its queue better than the load test's 8 (measured 0.08-0.10 a doubling).
+    # A fleet of 24 pools its queue better than the load test's 8 (measured 0.03 a doubling with prefill served
+    # in order, 0.08-0.10 when it was shared).
     gain = data["model"]["builtin_pooling_gain"]
-    assert 0.03 < gain < 0.2
+    assert 0.01 < gain < 0.2
     runs = {r["policy"]: r for r in data["results"]}
     settings = runs["predictive"]["settings"]
     # Where the run ended: the headroom learned over the last hour, and the share of the hour's budget spent.

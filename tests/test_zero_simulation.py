@@ -73,8 +73,9 @@ def test_the_first_request_after_the_gap_wakes_the_fleet_within_one_interval() -
     ordered = next(at for at, n in zip(t, replicas, strict=True) if at >= woke_at and n > 0)
     assert ordered - woke_at <= INTERVAL_S
     assert result.zero is not None and result.zero.wakes == 1
-    # The requests that woke it waited at the gateway for a cold start, and count against the SLO.
-    assert result.zero.wake_ttft_p50_s is not None and result.zero.wake_ttft_p50_s >= COLD_S - INTERVAL_S
+    # The requests that woke it waited at the gateway for a cold start, and count against the SLO: those that came
+    # during it waited for its rest, served in order once a replica was ready.
+    assert result.zero.wake_ttft_p50_s is not None and result.zero.wake_ttft_p50_s >= COLD_S / 2
     assert result.zero.wake_ttft_max_s is not None and result.zero.wake_ttft_max_s >= COLD_S
     assert result.slo_attainment < 1.0 and result.dropped_requests == 0
 
