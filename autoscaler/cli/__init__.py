@@ -405,7 +405,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         cold = args.cold_start
         if cold is None and document is not None and document.workloads[0].cold_start_seconds != "auto":
             cold = document.workloads[0].cold_start_seconds
-        model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica])
+        base = None
+        if args.replica_file:
+            from simulations.calibration import load_replica_file
+
+            base = load_replica_file(args.replica_file)
+        model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica], base)
         trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
         if args.window is not None:
             trace = trace.window(*args.window)
@@ -871,13 +876,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--policy", action="append", metavar="TYPE", help="policy type to compare (repeatable)")
-    p.add_argument("--replica", action="append", default=[], metavar="KEY=VALUE", help="replica model parameter")
+    p.add_argument(
+        "--replica-file",
+        metavar="replica.yaml",
+        help="the replica `calibrate --out` fitted to your server (default: the built-in Llama-3-70B replica)",
+    )
+    p.add_argument(
+        "--replica", action="append", default=[], metavar="KEY=VALUE", help="replica model parameter (over the file)"
+    )
     p.add_argument("--rate-scale", type=_finite, default=1.0, help="multiply a rate file's rates")
     p.add_argument("--lengths-from", metavar="FILE", help="draw a rate file's request lengths from this trace")
     p.add_argument(
         "-o", "--output", choices=["table", "json"], default="table", help="json: the report, as --out writes it"
     )
     p.set_defaults(func=cmd_simulate)
+
+    from autoscaler.cli import calibrate
+
+    calibrate.add_parser(sub)
 
     p = sub.add_parser("status", help="each workload's counts, metrics, last scale and cold start, from the cluster")
     p.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube/config")
