@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from simulations.fleet import Fleet
-from simulations.replica_model import ReplicaModel
+from simulations.replica_model import ReplicaModel, first_problem
 from simulations.traces import Trace
 
 STEP_S = 0.02
@@ -111,12 +111,18 @@ class BenchRun(BaseModel):
         return self.request_throughput * latency
 
 
+def _read_text(path: str, errors: str = "strict") -> str:
+    """A file's text, or ``CalibrationError`` naming it when it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8", errors=errors)
+    except OSError as exc:
+        raise CalibrationError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
 def load_run(path: str) -> BenchRun:
     """A result file, or ``CalibrationError`` naming the file and the first missing or bad field."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CalibrationError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        data = json.loads(_read_text(path))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CalibrationError(f"{path}: not a JSON result file ({exc})") from None
     if not isinstance(data, dict):
@@ -124,20 +130,15 @@ def load_run(path: str) -> BenchRun:
     try:
         return BenchRun.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"]))
-        reason = "missing" if first["type"] == "missing" else first["msg"]
-        raise CalibrationError(f"{path}: {where}: {reason} (a vllm bench serve --save-result file)") from None
+        problem = first_problem(exc, "result")
+        raise CalibrationError(f"{path}: {problem} (a vllm bench serve --save-result file)") from None
 
 
 def kv_tokens_from_log(path: str) -> int:
     """The KV cache's size from a vLLM server log's ``GPU KV cache size: N tokens`` line."""
     import re
 
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise CalibrationError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    text = _read_text(path, errors="replace")
     found = re.findall(r"GPU KV cache size:\s*([\d,]+)\s*tokens", text)
     if not found:
         raise CalibrationError(f"{path}: no 'GPU KV cache size: N tokens' line (vLLM logs it at start-up)")
@@ -203,43 +204,33 @@ class Fit:
     warnings: list[str]
 
 
-def _closed_form(runs: list[tuple[str, BenchRun]], chunk: int, warm: set[str]) -> tuple[float, float, float, float]:
-    """Step 1 of the fit: ``(w, 1 / P, k, o)`` by least squares on relative errors."""
+def _closed_form(runs: list[tuple[str, BenchRun]]) -> tuple[float, float, float, float]:
+    """Step 1 of the fit: ``(w, 1 / P, k)`` by least squares on the median TPOT's relative errors, and the
+    overhead to start from (it is fitted to TTFT later)."""
     rows: list[list[float]] = []
-    values: list[float] = []
     concurrencies: set[int] = set()
-    for name, run in runs:
+    for _, run in runs:
         prompt, output = run.lengths()
         i, o = float(prompt.mean()), float(output.mean())
         c = max(run.in_flight, 1.0)
         if o > 1 and run.median_tpot_ms > 0:
             tpot = run.median_tpot_ms / 1e3
-            rows.append([1.0 / tpot, (c + (c - 1.0) * i / (o - 1.0)) / tpot, c * (i + o / 2.0) / tpot, 0.0])
-            values.append(1.0)
+            rows.append([1.0 / tpot, (c + (c - 1.0) * i / (o - 1.0)) / tpot, c * (i + o / 2.0) / tpot])
             concurrencies.add(round(c))
-        if run.in_flight <= LIGHT_CONCURRENCY and name not in warm and run.median_ttft_ms > 0:
-            ttft = run.median_ttft_ms / 1e3
-            rows.append([math.ceil(i / chunk) / ttft, i / ttft, 0.0, 1.0 / ttft])
-            values.append(1.0)
     if len(concurrencies) < 2:
         raise CalibrationError(
             "the runs cannot separate an engine step's fixed cost from its cost per sequence: give results at two "
             "or more concurrencies (--max-concurrency 1, 8, 32, ...)"
         )
-    a, b = np.array(rows), np.array(values)
-    free = [0, 1, 2, 3]
-    while True:
-        solution = np.zeros(4)
-        solution[free] = np.linalg.lstsq(a[:, free], b, rcond=None)[0]
-        negative = [j for j in free if solution[j] < 0 and j in (2, 3)]
-        if not negative:
-            break
-        free = [j for j in free if j not in negative]  # a KV read or an overhead below 0 is 0
-    w, inv_p, k, overhead = (float(x) for x in solution)
+    a = np.array(rows)
+    solution = np.linalg.lstsq(a, np.ones(len(rows)), rcond=None)[0]
+    if solution[2] < 0:  # a KV read below 0 is 0
+        solution = np.append(np.linalg.lstsq(a[:, :2], np.ones(len(rows)), rcond=None)[0], 0.0)
+    w, inv_p, k = (float(x) for x in solution)
     if w <= 0 or inv_p <= 0:  # runs unlike a steady closed loop (bursts): start from the lightest TPOT instead
         lightest = min(run.median_tpot_ms for _, run in runs if run.median_tpot_ms > 0) / 1e3
         return 0.8 * lightest, 1e-4, 1e-8, 0.03
-    return w, inv_p, k, overhead
+    return w, inv_p, k, 0.01
 
 
 def _model(base: ReplicaModel, w: float, inv_p: float, k: float, overhead: float) -> ReplicaModel:
@@ -253,32 +244,31 @@ def _model(base: ReplicaModel, w: float, inv_p: float, k: float, overhead: float
     )
 
 
-def _error(model: ReplicaModel, runs: list[tuple[str, BenchRun]], warm: set[str]) -> float:
-    """How far the simulated replica is from ``runs``: squared log ratios of the figures the fit matches
-    (throughput, median TPOT, median and mean TTFT; a warm run's TTFT left out), summed."""
-    total = 0.0
+def _log_ratios(
+    model: ReplicaModel, runs: list[tuple[str, BenchRun]], warm: set[str], ttft: tuple[str, ...]
+) -> list[tuple[float, str, str]]:
+    """Each fitted figure's log ratio, simulated over measured, with its file and figure: throughput, median
+    TPOT and, but for a warm run, the ``ttft`` figures."""
+    ratios: list[tuple[float, str, str]] = []
     for name, run in runs:
         simulated = simulate_run(model, run).figures
-        names = ["request_throughput", "median_tpot_ms"]
-        if name not in warm:
-            names += ["median_ttft_ms", "mean_ttft_ms"]
-        for key in names:
+        for key in ("request_throughput", "median_tpot_ms", *(() if name in warm else ttft)):
             measured, got = float(getattr(run, key)), simulated[key]
             if measured > 0 and got > 0:
-                total += math.log(got / measured) ** 2
-    return total
+                ratios.append((math.log(got / measured), name, key))
+    return ratios
+
+
+def _error(model: ReplicaModel, runs: list[tuple[str, BenchRun]], warm: set[str]) -> float:
+    """How far the simulated replica is from ``runs``: the squared log ratios of throughput, median TPOT and
+    median and mean TTFT, summed."""
+    return sum(ratio**2 for ratio, _, _ in _log_ratios(model, runs, warm, ("median_ttft_ms", "mean_ttft_ms")))
 
 
 def _worst(model: ReplicaModel, runs: list[tuple[str, BenchRun]], warm: set[str]) -> tuple[float, str, str]:
-    """The largest absolute log ratio of a fitted figure, with its file and figure."""
-    worst = (0.0, "", "")
-    for name, run in runs:
-        simulated = simulate_run(model, run).figures
-        for key in ("request_throughput", "median_tpot_ms", *(() if name in warm else ("median_ttft_ms",))):
-            measured, got = float(getattr(run, key)), simulated[key]
-            if measured > 0 and got > 0 and abs(math.log(got / measured)) > worst[0]:
-                worst = (abs(math.log(got / measured)), name, key)
-    return worst
+    """The largest absolute log ratio of throughput, median TPOT and median TTFT, with its file and figure."""
+    ratios = [(abs(ratio), name, key) for ratio, name, key in _log_ratios(model, runs, warm, ("median_ttft_ms",))]
+    return max(ratios, default=(0.0, "", ""), key=lambda found: found[0])
 
 
 def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float, iterations: int) -> np.ndarray:
@@ -326,8 +316,7 @@ def fit(runs: list[tuple[str, BenchRun]], base: ReplicaModel, iterations: int = 
     if not runs:
         raise CalibrationError("no result file to fit")
     everyone = {name for name, _ in runs}
-    w, inv_p, k, overhead = _closed_form(runs, base.max_num_batched_tokens, everyone)
-    overhead = max(overhead, 0.01)
+    w, inv_p, k, overhead = _closed_form(runs)
 
     def model_at(x: np.ndarray, fixed_overhead: float | None = None) -> ReplicaModel:
         values = [float(v) for v in np.exp(x)]
@@ -405,9 +394,7 @@ def load_replica_file(path: str) -> ReplicaModel:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CalibrationError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        data = yaml.safe_load(_read_text(path))
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise CalibrationError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -418,6 +405,4 @@ def load_replica_file(path: str) -> ReplicaModel:
     try:
         return ReplicaModel.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"])) or "replica"
-        raise CalibrationError(f"{path}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
+        raise CalibrationError(f"{path}: {first_problem(exc, 'replica')}") from None

@@ -145,6 +145,14 @@ class ReplicaModel(StrictModel):
         return work
 
 
+def first_problem(exc: ValidationError, whole: str) -> str:
+    """A validation error's first problem as ``field: reason`` (``whole`` where it concerns no one field)."""
+    first = exc.errors()[0]
+    where = ".".join(map(str, first["loc"])) or whole
+    reason = "missing" if first["type"] == "missing" else first["msg"].removeprefix("Value error, ")
+    return f"{where}: {reason}"
+
+
 def parse_overrides(pairs: list[str], base: ReplicaModel | None = None) -> ReplicaModel:
     """``KEY=VALUE`` options onto the defaults; a bad key or value raises ``ValueError`` naming it."""
     data: dict[str, Any] = (base or ReplicaModel()).model_dump()
@@ -158,7 +166,4 @@ def parse_overrides(pairs: list[str], base: ReplicaModel | None = None) -> Repli
     try:
         return ReplicaModel.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"])) or "settings"
-        message = first["msg"].removeprefix("Value error, ")
-        raise ValueError(f"--replica {where}: {message}") from None
+        raise ValueError(f"--replica {first_problem(exc, 'settings')}") from None
