@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+from autoscaler.cli import EXIT_BAD_INPUT, EXIT_OK, _error, _write_failed
 
 
 def add_parser(sub: Any) -> None:
@@ -34,10 +33,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--name", default="calibrated vLLM replica", help="the replica file's name field")
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_calibrate)
-
-
-def _error(message: str) -> None:
-    print(f"vllm-autoscaler: {message}", file=sys.stderr)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -105,8 +100,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             with open(args.out, "w", encoding="utf-8") as handle:
                 yaml.safe_dump(replica_file_data(model), handle, sort_keys=False)
         except OSError as exc:
-            _error(f"{args.out}: cannot be written ({exc.strerror or exc})")
-            return EXIT_FAILED
+            return _write_failed(exc, args.out)
     return EXIT_OK
 
 
