@@ -568,11 +568,11 @@ class Fleet:
         until they fit (vLLM V1's recompute preemption): each frees its blocks and goes back to the head of
         its replica's queue, to prefill its prompt and generated tokens again and decode the rest."""
         model = self.model
-        held = model.blocks(self.r_ctx)
-        kv = np.bincount(self.r_rep, weights=held, minlength=len(self.replicas))
+        kv = self.kv_used()
         over = np.flatnonzero(kv > model.kv_cache_tokens + 1e-9)
         if not len(over):
             return
+        held = model.blocks(self.r_ctx)
         keep = np.ones(len(self.r_rep), dtype=bool)
         for rep in over.tolist():
             replica = self.replicas[rep]
