@@ -98,6 +98,7 @@ class Replica:
     removed_at: float | None = None
     waiting: deque[int] = field(default_factory=deque)
     running: int = 0
+    preemptions: int = 0  # ``vllm:num_preemptions_total``
     # Prefix caching: the keys of the prompt blocks this replica holds, least recently used first.
     blocks: OrderedDict[int, None] = field(default_factory=OrderedDict)
 
@@ -159,6 +160,7 @@ class Fleet:
         self.admitted = np.full(n, np.nan)
         self.finished = np.full(n, np.nan)
         self.dropped = np.zeros(n, dtype=bool)
+        self.served_by = np.full(n, -1, dtype=np.int64)  # the replica (index) that admitted each request
         self.next_arrival = 0
         self.router_queue: deque[int] = deque()
         self.replicas: list[Replica] = []  # every replica ever created; index = position
@@ -342,7 +344,9 @@ class Fleet:
         start = np.maximum(self.engine_arrival[idx], now)
         first = np.isnan(self.admitted[idx])
         self.admitted[idx[first]] = start[first]
-        self.r_rep = np.concatenate([self.r_rep, np.asarray(reps, dtype=np.int64)])
+        rep_idx = np.asarray(reps, dtype=np.int64)
+        self.served_by[idx] = rep_idx
+        self.r_rep = np.concatenate([self.r_rep, rep_idx])
         self.r_req = np.concatenate([self.r_req, idx])
         self.r_pre = np.concatenate([self.r_pre, self.to_prefill[idx]])
         self.r_dec = np.concatenate([self.r_dec, self.to_decode[idx]])
@@ -511,8 +515,8 @@ class Fleet:
         self._decode(end, iterations, decoding, finished)
 
     def _first_tokens(self, reqs: np.ndarray, at: np.ndarray) -> None:
-        """The prefill of ``reqs`` completes at ``at``: a first token for each, counted in vLLM's histograms
-        and counters (its prompt tokens among them, cached ones included, as vLLM counts them when the first
+        """The prefill of ``reqs`` completes at ``at``: a first token for each, counted in vLLM's TTFT histogram
+        and token counters (its prompt tokens among them, cached ones included, as vLLM counts them when the first
         token comes), unless the request was preempted after its first token and prefilled again."""
         fresh = ~self.preempted[reqs]
         if not fresh.all():
@@ -524,13 +528,10 @@ class Fleet:
         if len(reqs) == 1:
             one, prompt = float(ttft[0]), float(self.prompt[reqs[0]])
             self.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, one)] += 1
-            self.prompt_counts[bisect.bisect_left(PROMPT_TOKEN_BUCKETS, prompt)] += 1
             self.ttft_sum += one
             self.prompt_tokens_total += prompt
         else:
             self.ttft_counts += np.bincount(np.searchsorted(TTFT_BUCKETS, ttft), minlength=len(self.ttft_counts))
-            lengths = np.searchsorted(PROMPT_TOKEN_BUCKETS, self.prompt[reqs])
-            self.prompt_counts += np.bincount(lengths, minlength=len(self.prompt_counts))
             self.ttft_sum += float(ttft.sum())
             self.prompt_tokens_total += float(self.prompt[reqs].sum())
         self.generation_tokens_total += float(len(reqs))
@@ -587,6 +588,7 @@ class Fleet:
                 replica.running -= 1
                 replica.waiting.appendleft(req)
                 self.preemptions += 1
+                replica.preemptions += 1
                 if self.r_pre[k] <= 0:  # its first token is out: it resumes with what it has generated
                     self.preempted[req] = True
                     self.context[req] = self.to_prefill[req] = float(self.r_ctx[k])
@@ -594,9 +596,12 @@ class Fleet:
         self._keep(keep)
 
     def _leave(self, finished: np.ndarray, end: float) -> None:
-        """The ``finished`` requests free their replicas' batch slots and KV cache at ``end``."""
+        """The ``finished`` requests free their replicas' batch slots and KV cache at ``end``; vLLM counts
+        their prompts in ``vllm:request_prompt_tokens`` then."""
         done = self.r_req[finished]
         self.finished[done] = end
+        lengths = np.searchsorted(PROMPT_TOKEN_BUCKETS, self.prompt[done])
+        self.prompt_counts += np.bincount(lengths, minlength=len(self.prompt_counts))
         self.left += len(done)
         for rep in self.r_rep[finished].tolist():
             self.replicas[rep].running -= 1

@@ -79,9 +79,11 @@ def start_daemon(
 
 
 class VllmExporter:
-    """Serves ``/metrics`` in the Prometheus text format from series the test sets."""
+    """Serves ``/metrics`` in the Prometheus text format from series the test sets, or a whole ``page``
+    (a simulated replica's exposition, ``simulations.exposition``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, page: str | None = None) -> None:
+        self.page = page
         self.series: dict[tuple[str, tuple[tuple[str, str], ...]], float | Callable[[], float]] = {}
         self.pods: dict[tuple[str, str], list[str]] = {}
         self.stamps: dict[tuple[str, str], float] = {}  # (namespace, pod): the samples' own time, Unix seconds
@@ -161,6 +163,8 @@ class VllmExporter:
             self.set(metric, float(len(waiting)), namespace=namespace, deployment=deployment)
 
     def render(self) -> str:
+        if self.page is not None:
+            return self.page
         with self.lock:
             items = sorted(self.series.items())
         lines = []
@@ -179,19 +183,26 @@ class VllmExporter:
 
 
 class PrometheusServer:
-    """The real ``prometheus`` binary on loopback, scraping the given targets every second."""
+    """The real ``prometheus`` binary on loopback, scraping the given targets (ports) every second; a target
+    given with labels gets them on every series, as Kubernetes service discovery gives a pod's
+    ``namespace`` and ``pod``."""
 
-    def __init__(self, workdir: Path, targets: list[int]) -> None:
+    def __init__(self, workdir: Path, targets: list[int] | dict[int, dict[str, str]]) -> None:
         self.binary = prometheus_binary()
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = workdir / "prometheus.yml"
-        target_list = ", ".join(f"'127.0.0.1:{t}'" for t in targets)
+        labelled = targets if isinstance(targets, dict) else {t: {} for t in targets}
+        groups = "".join(
+            f"      - targets: ['127.0.0.1:{port}']\n"
+            + (f"        labels: {{{', '.join(f'{k}: {v!r}' for k, v in labels.items())}}}\n" if labels else "")
+            for port, labels in labelled.items()
+        )
         self.config.write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             "scrape_configs:\n  - job_name: vllm\n    honor_labels: true\n"
-            f"    static_configs:\n      - targets: [{target_list}]\n"
+            f"    static_configs:\n{groups}"
         )
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / "prometheus.log"
