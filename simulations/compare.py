@@ -198,9 +198,12 @@ def compare(
     jobs += [("keda", True), ("keda", False)]
     if workload.activation is None:  # it never goes to zero, so it is no floor for a workload that may
         jobs.append(("clairvoyant", None))
+    # The clairvoyant's search is several runs in one job: started first, so that it does not run alone at the end.
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] != "clairvoyant")
+    submitted = [jobs[i] for i in order]
     # Untuned runs may start during the search's last run (``then``); tuning searches, many runs each, are
     # not started on a bet.
-    then = None if tuning else jobs
+    then = None if tuning else submitted
     base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then)
     gap = math.inf
     while base.static_replicas is None and grow_to is not None and workload.max_replicas < grow_to:
@@ -217,8 +220,8 @@ def compare(
     # Tuning, one process per contender, more than there are cores: a search is many runs and a KEDA
     # baseline one, so a pool of one per core would leave the last search alone on one core. Untuned runs
     # are of a length, and more processes than cores only make them contend for the caches.
-    ahead = base.ahead
-    result.results.extend(ahead if ahead is not None else run_jobs(shared, jobs, bar.step, beyond_cores=tuning))
+    ran = base.ahead if base.ahead is not None else run_jobs(shared, submitted, bar.step, beyond_cores=tuning)
+    result.results.extend(ran[order.index(i)] for i in range(len(jobs)))
     result.results.append(base.static_run)
     result.oracle_gpu_hours = base.bound.gpu_hours
     result.oracle_max_replicas = math.ceil(base.bound.busiest - 1e-9)

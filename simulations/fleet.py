@@ -17,7 +17,6 @@ place. Metrics are exposed as Prometheus would see them: gauges and counters scr
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 from collections import OrderedDict, deque
@@ -87,6 +86,11 @@ def serve_in_order(
     out_received, out_frac = np.empty(n), np.empty(n)
     out_received[order], out_frac[order] = received, frac
     return out_received, out_frac
+
+
+FEW_PROMPTS = 16
+"""Up to this many prompts in prefill fleet-wide, a step is worked out prompt by prompt (``Fleet._prefill_few``):
+about 5 us a prompt, against some 60 us of array operations whatever their size."""
 
 
 @dataclass
@@ -173,13 +177,18 @@ class Fleet:
         self.r_dec = np.zeros(0)
         self.r_start = np.zeros(0)
         self.r_ctx = np.zeros(0)  # tokens held in the KV cache (blocks are reserved for the prompt on admission)
+        self._kv: np.ndarray | None = None  # ``kv_used()`` until the running requests or their contexts change
         self.prompt_tokens_total = 0.0
         self.generation_tokens_total = 0.0
-        self.ttft_counts = np.zeros(len(TTFT_BUCKETS) + 1)  # first tokens per bucket, not cumulative
+        # ``vllm:time_to_first_token_seconds``: first tokens per bucket, not cumulative (``ttft_counts``), the
+        # times to first token not counted in yet (bucketed when read: a scrape's work, not every step's)
+        self._ttft_counts = np.zeros(len(TTFT_BUCKETS) + 1)
+        self._ttfts: list[np.ndarray] = []
         self.ttft_sum = 0.0  # the histogram's ``_sum``: every time to first token so far, added up
-        # ``vllm:request_prompt_tokens``, counted as each first token comes (vLLM counts a request as it finishes:
-        # over the hour it is read over, the two differ by the requests in flight); and its scrapes of the last hour.
-        self.prompt_counts = np.zeros(len(PROMPT_TOKEN_BUCKETS) + 1)
+        # ``vllm:request_prompt_tokens``, counted as each request finishes, as vLLM counts it; and its scrapes of the
+        # last hour.
+        self._prompt_counts = np.zeros(len(PROMPT_TOKEN_BUCKETS) + 1)
+        self._finished_reqs: list[np.ndarray] = []
         self.prompt_scrapes: deque[tuple[float, np.ndarray]] = deque()
         self.replica_seconds = 0.0
         self.left = 0  # requests finished or dropped: the gateway holds ``next_arrival - left`` open
@@ -193,6 +202,24 @@ class Fleet:
         the trace until now. Requests are released in order, so arrivals stay sorted."""
         self.arrival[req] = at
         self.engine_arrival[req] = at + self.model.request_overhead_s
+
+    @property
+    def ttft_counts(self) -> np.ndarray:
+        """First tokens so far by ``TTFT_BUCKETS`` bucket (then ``+Inf``), not cumulative."""
+        if self._ttfts:
+            ttft = np.concatenate(self._ttfts)
+            self._ttft_counts += np.bincount(np.searchsorted(TTFT_BUCKETS, ttft), minlength=len(self._ttft_counts))
+            self._ttfts.clear()
+        return self._ttft_counts
+
+    @property
+    def prompt_counts(self) -> np.ndarray:
+        """Finished requests so far by ``PROMPT_TOKEN_BUCKETS`` bucket of their prompt (then ``+Inf``)."""
+        if self._finished_reqs:
+            lengths = np.searchsorted(PROMPT_TOKEN_BUCKETS, self.prompt[np.concatenate(self._finished_reqs)])
+            self._prompt_counts += np.bincount(lengths, minlength=len(self._prompt_counts))
+            self._finished_reqs.clear()
+        return self._prompt_counts
 
     # -- the cluster side -------------------------------------------------------------------------
 
@@ -251,15 +278,19 @@ class Fleet:
         self.r_rep, self.r_req = self.r_rep[mask], self.r_req[mask]
         self.r_pre, self.r_dec, self.r_start = self.r_pre[mask], self.r_dec[mask], self.r_start[mask]
         self.r_ctx = self.r_ctx[mask]
+        self._kv = None
 
     def kv_used(self) -> np.ndarray:
-        """The KV-cache tokens each replica (by index) holds: its running requests' blocks."""
-        held: np.ndarray = np.bincount(self.r_rep, weights=self.model.blocks(self.r_ctx), minlength=len(self.replicas))
-        return held
+        """The KV-cache tokens each replica (by index) holds: its running requests' blocks. Worked out once
+        between changes (routing, admission, the check for preemption and the scrape read it), and not to be
+        changed in place."""
+        if self._kv is None or len(self._kv) != len(self.replicas):
+            self._kv = np.bincount(self.r_rep, weights=self.model.blocks(self.r_ctx), minlength=len(self.replicas))
+        return self._kv
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def _route(self, reqs: list[int], candidates: list[Replica]) -> None:
+    def _route(self, reqs: list[int], candidates: list[Replica]) -> list[float] | None:
         """Send requests, in order, to the replicas that take traffic (there is at least one).
 
         Least-waiting routing picks, for each request, the replica with the fewest waiting, then the least
@@ -268,22 +299,23 @@ class Fleet:
         a heap.
         """
         if not reqs:
-            return
+            return None
         if self.model.routing == "round-robin":
             for req in reqs:
                 candidates[self.round_robin % len(candidates)].waiting.append(req)
                 self.round_robin += 1
-            return
-        kv = self.kv_used().tolist()
+            return None
+        kv: list[float] = self.kv_used().tolist()
         if self.model.routing == "prefix-aware" and self.prefix is not None:
             self._route_by_prefix(reqs, candidates, kv)
-            return
+            return kv
         heap = [(len(r.waiting), kv[r.index], r.running, i) for i, r in enumerate(candidates)]
         heapq.heapify(heap)
         for req in reqs:
             waiting, held, running, i = heap[0]
             candidates[i].waiting.append(req)
             heapq.heapreplace(heap, (waiting + 1, held, running, i))
+        return kv  # the KV cache in use, unchanged until admission
 
     def _route_by_prefix(self, reqs: list[int], candidates: list[Replica], kv: list[float]) -> None:
         """Prefix-aware routing: each request goes to the replica that holds the longest prefix of its
@@ -307,14 +339,14 @@ class Fleet:
             candidates[best].waiting.append(req)
             waiting[best] += 1
 
-    def _admit(self, now: float) -> None:
+    def _admit(self, now: float, kv: list[float] | None = None) -> None:
         """Admit each replica's waiting requests in order while its batch has room and its KV cache has free
-        blocks for the request's prompt (a request alone is admitted whatever its size)."""
+        blocks for the request's prompt (a request alone is admitted whatever its size); ``kv``, the cache in
+        use if routing has just read it."""
         model = self.model
         cap, max_seqs, size = model.kv_cache_tokens, model.max_num_seqs, float(model.kv_block_tokens)
         reps: list[int] = []
         reqs: list[int] = []
-        kv: list[float] | None = None
         for replica in self.live:
             if not replica.waiting or replica.ready_at > now:
                 continue
@@ -352,6 +384,7 @@ class Fleet:
         self.r_dec = np.concatenate([self.r_dec, self.to_decode[idx]])
         self.r_start = np.concatenate([self.r_start, start])
         self.r_ctx = np.concatenate([self.r_ctx, self.context[idx]])
+        self._kv = None
 
     def _reuse_prefix(self, replica: Replica, req: int) -> float:
         """The prompt tokens of ``req`` that ``replica`` holds from earlier prompts (the longest prefix of
@@ -379,13 +412,14 @@ class Fleet:
             return
         candidates = [r for r in self.live if r.draining_since is None and r.ready_at <= now]
         arrived = int(np.searchsorted(self.engine_arrival, end, side="left"))
+        kv = None
         if candidates:
-            self._route([*self.router_queue, *range(self.next_arrival, arrived)], candidates)
+            kv = self._route([*self.router_queue, *range(self.next_arrival, arrived)], candidates)
             self.router_queue.clear()
         else:
             self.router_queue.extend(range(self.next_arrival, arrived))
         self.next_arrival = arrived
-        self._admit(now)
+        self._admit(now, kv)
         self.replica_seconds += self.existing * dt
         if len(self.r_req):
             self._advance(now, dt, end)
@@ -431,8 +465,8 @@ class Fleet:
         if not len(idx_p):  # most steps of a light load: no prefill, so every engine step is a decode
             self._decode_all(end)
             return
-        if len(idx_p) == 1:
-            self._prefill_alone(now, dt, end, int(idx_p[0]), prefilling)
+        if len(idx_p) <= FEW_PROMPTS:
+            self._prefill_few(now, dt, end, idx_p, prefilling)
         else:
             self._prefill_shared(now, dt, end, idx_p, prefilling)
 
@@ -465,54 +499,73 @@ class Fleet:
         used_p = np.minimum(received, pre_p)
         left_p = pre_p - used_p
         self.r_pre[idx_p] = left_p
-        finished = np.zeros(len(self.r_pre), dtype=bool)
         done_p = left_p <= 1e-9
-        if done_p.any():
-            done = idx_p[done_p]
+        self._prefilled(now, dt, end, iterations, prefilling, idx_p[done_p], finish_frac[done_p])
+
+    def _prefill_few(self, now: float, dt: float, end: float, idx_p: np.ndarray, prefilling: np.ndarray) -> None:
+        """``_prefill_shared`` for a step's few prompts in prefill, the steps of all but a burst: the same
+        arithmetic on floats, replica by replica and prompt by prompt, where the arrays' fixed cost would be
+        most of the work; every replica without one decodes for the whole step."""
+        model = self.model
+        flops, budget = model.prefill_tokens_per_s, float(model.max_num_batched_tokens)
+        decoding = ~prefilling
+        overhead = self._step_overhead(decoding)
+        batch = np.bincount(self.r_rep[decoding], minlength=len(self.replicas)).astype(float)
+        iterations = dt / (overhead + batch / flops)
+        pre, start = self.r_pre[idx_p].tolist(), self.r_start[idx_p].tolist()
+        members: dict[int, list[int]] = {}  # each replica's prompts in prefill, in order of admission
+        for k, rep in enumerate(self.r_rep[idx_p].tolist()):
+            members.setdefault(rep, []).append(k)
+        done: list[int] = []
+        done_frac: list[float] = []
+        for rep, ks in members.items():
+            weights, decoding_here = float(overhead[rep]), float(batch[rep])
+            pending = sum(pre[k] for k in ks)
+            room = max(budget - decoding_here, 0.0)
+            pending_s = pending / flops
+            it_all = max(dt - pending_s, 0.0) / (weights + decoding_here / flops)
+            fits = pending_s < dt and pending <= it_all * room + 1e-9
+            it_full = dt / (weights + min(decoding_here + room, max(budget, decoding_here)) / flops)
+            iterations[rep] = it_all if fits else it_full
+            prefill_tokens = pending if fits else min(it_full * room, pending)
+            rate = max(max(prefill_tokens, it_full * room) if fits else prefill_tokens, 1e-12)
+            free = 0.0  # ``serve_in_order`` for one replica's prompts; those after one that does not finish get
+            for k in ks:  # nothing this step
+                late = (start[k] - now) / dt
+                begin = free if free > late else (late if late < 1.0 else 1.0)
+                free = begin + pre[k] / rate
+                finished = free <= 1.0 + 1e-12
+                left = 0.0 if finished else pre[k] - min(max(1.0 - begin, 0.0) * rate, pre[k])
+                self.r_pre[idx_p[k]] = left
+                if left <= 1e-9:
+                    done.append(int(idx_p[k]))
+                    done_frac.append(free if finished else 2.0)
+                if not finished:
+                    break
+        self._prefilled(now, dt, end, iterations, prefilling, np.asarray(done, dtype=np.int64), np.asarray(done_frac))
+
+    def _prefilled(
+        self,
+        now: float,
+        dt: float,
+        end: float,
+        iterations: np.ndarray,
+        prefilling: np.ndarray,
+        done: np.ndarray,
+        finish_frac: np.ndarray,
+    ) -> None:
+        """The prompts ``done`` (positions in the running arrays) completed their prefill at ``finish_frac`` of
+        the step (no earlier than their own compute allows): their first tokens; then the decode."""
+        finished = np.zeros(len(self.r_pre), dtype=bool)
+        if len(done):
             reqs = self.r_req[done]
             at = np.maximum(
-                now + np.minimum(finish_frac[done_p], 1.0) * dt,
-                self.r_start[done] + model.engine_prefill_s(self.to_prefill[reqs]),
+                now + np.minimum(finish_frac, 1.0) * dt,
+                self.r_start[done] + self.model.engine_prefill_s(self.to_prefill[reqs]),
             )
             self._first_tokens(reqs, at)
             finished[done] = self.r_dec[done] <= 1e-9
         self._decode(end, iterations, ~prefilling, finished)
-
-    def _prefill_alone(self, now: float, dt: float, end: float, i: int, prefilling: np.ndarray) -> None:
-        """``_advance`` when request ``i`` alone is in prefill fleet-wide, most prefill steps of a light
-        load: the same arithmetic, on floats, for its replica; every other replica's engine steps are
-        those of a step without prefill (with nothing pending, all of the step is theirs)."""
-        model = self.model
-        flops, budget = model.prefill_tokens_per_s, float(model.max_num_batched_tokens)
-        replica, pre, start = int(self.r_rep[i]), float(self.r_pre[i]), float(self.r_start[i])
-        decoding = ~prefilling
-        overhead = self._step_overhead(decoding)
-        batch = np.bincount(self.r_rep[decoding], minlength=len(self.replicas)).astype(float)
-        weights, decoding_here = float(overhead[replica]), float(batch[replica])
-        room = max(budget - decoding_here, 0.0)
-        pending_s = pre / flops
-        it_all = max(dt - pending_s, 0.0) / (weights + decoding_here / flops)
-        fits = pending_s < dt and pre <= it_all * room + 1e-9
-        it_full = dt / (weights + min(decoding_here + room, max(budget, decoding_here)) / flops)
-        iterations = dt / (overhead + batch / flops)
-        iterations[replica] = it_all if fits else it_full
-        prefill_tokens = pre if fits else min(iterations[replica] * room, pre)
-        rate = max(prefill_tokens, it_full * room) if fits else prefill_tokens
-        late = min(max((start - now) / dt, 0.0), 1.0)
-        finish_frac = late + pre / max(rate, 1e-12)  # ``serve_in_order`` for one member
-        if finish_frac <= 1.0 + 1e-12:
-            used = pre
-        else:
-            used, finish_frac = min(max(1.0 - late, 0.0) * max(rate, 1e-12), pre), 2.0
-        left = pre - used
-        self.r_pre[i] = left
-        finished = np.zeros(len(self.r_pre), dtype=bool)
-        if left <= 1e-9:
-            req = int(self.r_req[i])
-            at = max(now + min(finish_frac, 1.0) * dt, start + float(model.engine_prefill_s(self.to_prefill[req])))
-            self._first_tokens(np.array([req]), np.array([at]))
-            finished[i] = self.r_dec[i] <= 1e-9
-        self._decode(end, iterations, decoding, finished)
 
     def _first_tokens(self, reqs: np.ndarray, at: np.ndarray) -> None:
         """The prefill of ``reqs`` completes at ``at``: a first token for each, counted in vLLM's TTFT histogram
@@ -525,15 +578,9 @@ class Fleet:
                 return
         self.first_token[reqs] = at
         ttft = at - self.arrival[reqs]
-        if len(reqs) == 1:
-            one, prompt = float(ttft[0]), float(self.prompt[reqs[0]])
-            self.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, one)] += 1
-            self.ttft_sum += one
-            self.prompt_tokens_total += prompt
-        else:
-            self.ttft_counts += np.bincount(np.searchsorted(TTFT_BUCKETS, ttft), minlength=len(self.ttft_counts))
-            self.ttft_sum += float(ttft.sum())
-            self.prompt_tokens_total += float(self.prompt[reqs].sum())
+        self._ttfts.append(ttft)
+        self.ttft_sum += float(ttft.sum())
+        self.prompt_tokens_total += float(self.prompt[reqs].sum())
         self.generation_tokens_total += float(len(reqs))
 
     def _decode_all(self, end: float) -> None:
@@ -558,6 +605,7 @@ class Fleet:
             self.generation_tokens_total += float(step_tokens.sum())
             self.r_dec[decoding] -= step_tokens
             self.r_ctx[decoding] += step_tokens
+            self._kv = None
             finished = finished | (decoding & (self.r_dec <= 1e-9))
         if finished.any():
             self._leave(finished, end)
@@ -570,9 +618,9 @@ class Fleet:
         its replica's queue, to prefill its prompt and generated tokens again and decode the rest."""
         model = self.model
         kv = self.kv_used()
-        over = np.flatnonzero(kv > model.kv_cache_tokens + 1e-9)
-        if not len(over):
+        if kv.max(initial=0.0) <= model.kv_cache_tokens + 1e-9:
             return
+        over = np.flatnonzero(kv > model.kv_cache_tokens + 1e-9)
         held = model.blocks(self.r_ctx)
         keep = np.ones(len(self.r_rep), dtype=bool)
         for rep in over.tolist():
@@ -600,8 +648,7 @@ class Fleet:
         their prompts in ``vllm:request_prompt_tokens`` then."""
         done = self.r_req[finished]
         self.finished[done] = end
-        lengths = np.searchsorted(PROMPT_TOKEN_BUCKETS, self.prompt[done])
-        self.prompt_counts += np.bincount(lengths, minlength=len(self.prompt_counts))
+        self._finished_reqs.append(done)
         self.left += len(done)
         for rep in self.r_rep[finished].tolist():
             self.replicas[rep].running -= 1
