@@ -152,6 +152,7 @@ def footing(
     tick: Callable[[str], None] = lambda _: None,
     then: list[tuple[str, Any]] | None = None,
     above: Footing | None = None,
+    workers: int | None = None,
 ) -> Footing:
     """The oracle's bound, then the fixed fleet's search from its busiest minute (``static_best``, which
     may start ``then`` on a bet). Runs start from that fleet, as if the controller had been running before
@@ -161,7 +162,7 @@ def footing(
     target: its bound stands, and the search starts above the fleet it ended on."""
     lo, hi = workload.min_replicas, workload.max_replicas
     bound = above.bound if above is not None else oracle_bound(trace, model, lo, slo_ttft, slo_target)
-    searching = Shared(trace, model, document, workload, hi, slo_ttft, slo_target)
+    searching = Shared(trace, model, document, workload, hi, slo_ttft, slo_target, workers)
     start = max(bound.busiest, above.initial + 1) if above is not None else bound.busiest
     best, best_run, ahead = static_best(searching, max(lo, 1), hi, start, tick, then)  # a fixed fleet serves
     return Footing(bound, best, best_run, best if best is not None else hi, ahead)
@@ -177,6 +178,7 @@ def compare(
     tuning: bool = False,
     progress: bool = True,
     grow_to: int | None = None,
+    workers: int | None = None,
 ) -> Comparison:
     """Every policy of ``policy_types`` and the baselines on the trace, for the document's first workload.
 
@@ -186,7 +188,8 @@ def compare(
     doubling once a doubling has neither halved the largest fixed fleet's shortfall from the target nor
     left it without requests that waited in the queue longer than the SLO: a fleet that misses on its
     replicas' own speed (a 100 % target, an SLO under one prompt's prefill) misses at any size. The
-    comparison's ``workload`` has the bound it ran with."""
+    comparison's ``workload`` has the bound it ran with. ``workers``: processes for a long trace's runs
+    (one per core by default)."""
     started = time.monotonic()
     workload = document.workloads[0]
     signals_for([m.name for m in workload.metrics])  # a metric the simulator cannot provide fails here
@@ -204,7 +207,7 @@ def compare(
     # Untuned runs may start during the search's last run (``then``); tuning searches, many runs each, are
     # not started on a bet.
     then = None if tuning else submitted
-    base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then)
+    base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then, workers=workers)
     gap = math.inf
     while base.static_replicas is None and grow_to is not None and workload.max_replicas < grow_to:
         wait = base.static_run.queue_wait_p99_s
@@ -212,15 +215,14 @@ def compare(
             break
         gap = slo_target - base.static_run.slo_attainment
         document, workload = workload_variant(document, workload, {"maxReplicas": min(grow_to, 2 * base.initial)})
-        base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then, above=base)
+        base = footing(
+            trace, model, document, workload, slo_ttft, slo_target, bar.step, then, above=base, workers=workers
+        )
     result = Comparison(
         trace, model, workload, slo_ttft, slo_target, base.initial, static_best_replicas=base.static_replicas
     )
-    shared = Shared(trace, model, document, workload, base.initial, slo_ttft, slo_target)
-    # Tuning, one process per contender, more than there are cores: a search is many runs and a KEDA
-    # baseline one, so a pool of one per core would leave the last search alone on one core. Untuned runs
-    # are of a length, and more processes than cores only make them contend for the caches.
-    ran = base.ahead if base.ahead is not None else run_jobs(shared, submitted, bar.step, beyond_cores=tuning)
+    shared = Shared(trace, model, document, workload, base.initial, slo_ttft, slo_target, workers)
+    ran = base.ahead if base.ahead is not None else run_jobs(shared, submitted, bar.step)
     result.results.extend(ran[order.index(i)] for i in range(len(jobs)))
     result.results.append(base.static_run)
     result.oracle_gpu_hours = base.bound.gpu_hours

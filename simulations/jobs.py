@@ -1,12 +1,14 @@
 """The runs of a comparison as jobs: each one contender's run on the shared trace, serial on a short trace and
-in worker processes (one per core, forked so that they inherit the trace) on a long one; results are the same
-either way. A job no longer wanted (a lost bet, Ctrl-C, an error) stops within a simulated minute."""
+in worker processes (one per core unless ``simulate --jobs`` says, forked so that they inherit the trace) on a
+long one; results are the same either way. A job no longer wanted (a lost bet, Ctrl-C, SIGTERM, an error)
+stops within a simulated minute, and a worker still there ``STOP_GRACE_S`` later is killed."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -31,10 +33,12 @@ class Shared:
     initial: int
     slo_ttft: float
     slo_target: float
+    workers: int | None = None  # processes for a long trace's runs: one per core unless given
 
 
 _SHARED: Shared | None = None
 PARALLEL_MIN_REQUESTS = 50_000
+STOP_GRACE_S = 1.5  # a run told to stop ends within a simulated minute, some milliseconds
 # While worker processes run, set by the parent when the runs still going are no longer wanted (a lost
 # bet, Ctrl-C, an error); made before they are forked, so that they all share it.
 _STOP: EventType | None = None
@@ -67,18 +71,30 @@ def _job(job: tuple[str, Any], shared: Shared | None = None) -> RunResult:
     return run(s.trace, s.model, policy_contender(doc, wl, s.model), s.initial, s.slo_ttft, stop=stop)
 
 
-def worker_count(shared: Shared, jobs: int, beyond_cores: bool = False) -> int:
-    """Worker processes for ``jobs`` runs on a long trace: one per core, or with ``beyond_cores`` one per
-    job; else none (1)."""
+def worker_count(shared: Shared, jobs: int) -> int:
+    """Worker processes for ``jobs`` runs on a long trace: one per core, or ``shared.workers``, and no more
+    than there are jobs; none (1) on a short trace."""
     if shared.trace.requests < PARALLEL_MIN_REQUESTS or "fork" not in mp.get_all_start_methods():
         return 1
-    return max(1, jobs if beyond_cores else min(jobs, os.cpu_count() or 1))
+    return max(1, min(jobs, shared.workers or os.cpu_count() or 1))
 
 
 def _leave_interrupts_to_the_parent() -> None:
-    """Ctrl-C reaches every process of the terminal's group: the workers ignore it, and the parent stops
-    their runs (``_STOP``) as it unwinds, so the user sees one message, not a traceback per worker."""
+    """Ctrl-C reaches every process of the terminal's group, and SIGTERM may: the workers ignore both, and the
+    parent stops their runs (``_STOP``) as it unwinds, so the user sees one message, not a traceback per
+    worker, and no worker outlives it (``_end_workers``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _end_workers(grace_s: float) -> None:
+    """Wait up to ``grace_s`` for the worker processes to end, then kill those still there."""
+    deadline = time.monotonic() + grace_s
+    for process in mp.active_children():
+        process.join(max(deadline - time.monotonic(), 0.0))
+    for process in mp.active_children():
+        process.kill()
+        process.join(1.0)
 
 
 def _collect(
@@ -102,7 +118,6 @@ def run_jobs(
     shared: Shared,
     jobs: list[tuple[str, Any]],
     tick: Callable[[str], None],
-    beyond_cores: bool = False,
     first_decides: Callable[[RunResult], bool] | None = None,
 ) -> list[RunResult]:
     """The contenders' runs are independent: on a long trace they run in parallel worker processes,
@@ -111,7 +126,7 @@ def run_jobs(
     With ``first_decides``, the others are worth running only if it holds for the first job's result:
     when it does not, they are stopped and only the first result is returned.
     """
-    workers = worker_count(shared, len(jobs), beyond_cores)
+    workers = worker_count(shared, len(jobs))
     if workers < 2:
         return _collect(jobs, (_job(job, shared) for job in jobs), tick, first_decides)
     global _SHARED, _STOP
@@ -124,5 +139,7 @@ def run_jobs(
     finally:
         # Whatever is still running is not wanted: each run ends within a simulated minute of this.
         _STOP.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=False, cancel_futures=True)
+        _end_workers(STOP_GRACE_S)
+        pool.shutdown(wait=True)
         _SHARED, _STOP = None, None

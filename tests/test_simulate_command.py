@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from autoscaler.cli import main
+from autoscaler.testing.servers import wait_for
 from policies.policy_file import parse_policy_document
 from simulations.builtin import builtin_policy
 from simulations.replica_model import ReplicaModel
@@ -278,3 +284,71 @@ def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_d
         parse_policy_document(yaml.safe_load(written.read_text())).workloads[0].metrics[0].target.value
         == (workload["capacity"]["promptTokensPerSecond"])
     )
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("sent", "code", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_stopped_simulation_leaves_no_worker_behind(
+    shared_trace: Path, tmp_path: Path, sent: signal.Signals, code: int, said: str
+) -> None:
+    """``simulate --tune`` on a long trace runs worker processes, one per core (``--jobs 2`` here); Ctrl-C or
+    SIGTERM to the command ends it and every worker within 2 s, with one line and 130 or 143."""
+    command = [
+        sys.executable,
+        "-m",
+        "autoscaler",
+        "simulate",
+        "--config",
+        str(policy_file(tmp_path)),
+        *("--trace", str(shared_trace / "servegen_m-mid_rate_600s.csv"), "--format", "rate"),
+        *("--window", ":1d", "--rate-scale", "0.001"),
+        *("--tune", "--jobs", "2", "-q"),
+    ]
+    process = subprocess.Popen(
+        command, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        workers = wait_for(lambda: _children(process.pid), 120, "the simulation's worker processes")
+        assert len(workers) <= 2
+        process.send_signal(sent)
+        sent_at = time.monotonic()
+        wait_for(lambda: process.poll() is not None and not _group_alive(process.pid), 10, "every process to end")
+        assert time.monotonic() - sent_at <= 2.0
+        assert process.returncode == code
+        assert process.stderr is not None
+        assert process.stderr.read().decode().strip().splitlines()[-1] == f"vllm-autoscaler: {said}"
+    finally:
+        if _group_alive(process.pid):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def test_jobs_must_be_a_count(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--jobs", "0"]) == 2
+    assert "--jobs: '0' is not a whole number, 1 or more" in capsys.readouterr().err

@@ -7,8 +7,10 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -38,6 +40,16 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is, so that it unwinds as on Ctrl-C: worker processes stopped, no
+    traceback. ``run`` installs its own handler (a clean shutdown)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 DEFAULT_SLO_TTFT_S = 2.0  # simulate's SLO where neither a flag nor the file's slo block gives one
@@ -116,6 +128,12 @@ def _window(text: str) -> tuple[int, int | None]:
 def _seed(text: str) -> int:
     if not text.strip().isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 0 or more")
+    return int(text)
+
+
+def _jobs(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 1 or more")
     return int(text)
 
 
@@ -438,6 +456,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             args.tune,
             progress=not QUIET["on"],
             grow_to=grow_to,
+            workers=args.jobs,
         )
         if comparison.workload.max_replicas != workload.max_replicas:
             _note(
@@ -875,6 +894,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="share of requests (default: the file's slo.target, else 0.99)",
     )
     p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument(
+        "--jobs", type=_jobs, metavar="N", help="worker processes for a long trace's runs (default: one per core)"
+    )
     p.add_argument("--policy", action="append", metavar="TYPE", help="policy type to compare (repeatable)")
     p.add_argument(
         "--replica-file",
@@ -929,11 +951,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     QUIET["on"] = bool(args.quiet)
     for name, error in broken_plugins().items():
         _error(f"warning: policy plug-in {name!r} failed to load, so type {name!r} is unavailable: {error}")
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
     try:
         result: int = args.func(args)
     except KeyboardInterrupt:  # Ctrl-C during a long simulate, replay or record: no traceback
         _error("interrupted")
         return EXIT_INTERRUPTED
+    except Terminated:
+        _error("terminated")
+        return EXIT_TERMINATED
     except BrokenPipeError:  # `... | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -944,4 +971,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         detail = str(exc).splitlines()[0][:300] if str(exc) else ""
         _error(f"internal error: {type(exc).__name__}: {detail} (--debug shows the traceback)")
         return EXIT_FAILED
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return result
