@@ -42,6 +42,9 @@ def apply(kube: KubeServer, directory: Path) -> str:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_each_overlay_applies_with_plain_kubectl_apply_k(fresh: KubeServer, overlay: str) -> None:
+    """Each on a cluster that has the namespace its vLLM runs in, as a user's has: the namespaced overlay grants
+    its rights there and creates no namespace of the user's."""
+    _ensure(lambda: client.CoreV1Api(fresh.admin()).create_namespace({"metadata": {"name": SERVING}}))
     crds = fresh.kubectl("get", "crd", "-o", "name")
     assert "monitoring.coreos.com" not in crds  # no Prometheus Operator on this cluster
     out = apply(fresh, DEPLOY / "overlays" / overlay)
