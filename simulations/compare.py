@@ -10,6 +10,8 @@ Baselines, all with the workload's min and max replicas:
 * ``static-best``: the smallest fixed fleet that meets the SLO target over the whole trace (bisection).
 * ``clairvoyant``: a follower that knows the load to come, same cold start and behavior, swept to its
   cheapest setting that meets the SLO: the achievable floor (``clairvoyant.clairvoyant``).
+* ``reactive``: the same follower told the load of the minute past exactly, swept the same way: what a rule
+  without a forecast could have done (``clairvoyant.reactive``).
 * ``oracle``: a lower bound on GPU-hours at that SLO (see ``oracle.oracle_bound``).
 """
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.policy_file import PolicyFile, Workload
+from simulations.clairvoyant import FOLLOWERS
 from simulations.contenders import (
     workload_variant,
 )
@@ -194,15 +197,15 @@ def compare(
     workload = document.workloads[0]
     signals_for([m.name for m in workload.metrics])  # a metric the simulator cannot provide fails here
     lo, hi = workload.min_replicas, workload.max_replicas
-    baselines = 2 + (workload.activation is None)  # the KEDA pair and the clairvoyant
+    baselines = 2 + 2 * (workload.activation is None)  # the KEDA pair, the clairvoyant and the reactive follower
     total = len(policy_types) * (9 if tuning else 1) + baselines + math.ceil(math.log2(max(hi - lo, 1) + 1)) + 1
     bar = Progress(total, progress and sys.stderr.isatty())
     jobs: list[tuple[str, Any]] = [("tune" if tuning else "policy", t) for t in policy_types]
     jobs += [("keda", True), ("keda", False)]
-    if workload.activation is None:  # it never goes to zero, so it is no floor for a workload that may
-        jobs.append(("clairvoyant", None))
-    # The clairvoyant's search is several runs in one job: started first, so that it does not run alone at the end.
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] != "clairvoyant")
+    if workload.activation is None:  # they never go to zero, so they are no floor for a workload that may
+        jobs += [("reactive", None), ("clairvoyant", None)]
+    # The followers' searches are several runs in one job each: started first, so that none runs alone at the end.
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] not in FOLLOWERS)
     submitted = [jobs[i] for i in order]
     # Untuned runs may start during the search's last run (``then``); tuning searches, many runs each, are
     # not started on a bet.

@@ -16,7 +16,7 @@ from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 from policies.policy_file import PolicyFile, Workload
-from simulations.clairvoyant import clairvoyant
+from simulations.clairvoyant import FOLLOWERS, cheapest_follower
 from simulations.contenders import keda_contender, policy_contender, policy_variant
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult, run
@@ -61,8 +61,10 @@ def _job(job: tuple[str, Any], shared: Shared | None = None) -> RunResult:
     if kind == "keda":
         contender = keda_contender(s.document, s.workload, s.model, arg)
         return run(s.trace, s.model, contender, s.initial, s.slo_ttft, stop=stop)
-    if kind == "clairvoyant":
-        return clairvoyant(s.trace, s.model, s.document, s.workload, s.initial, s.slo_ttft, s.slo_target, stop=stop)
+    if kind in FOLLOWERS:
+        return cheapest_follower(
+            kind, s.trace, s.model, s.document, s.workload, s.initial, s.slo_ttft, s.slo_target, stop=stop
+        )
     if kind == "tune":
         return tune(
             s.trace, s.model, s.document, s.workload, arg, s.initial, s.slo_ttft, s.slo_target, _quiet, stop=stop

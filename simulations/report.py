@@ -13,7 +13,8 @@ from simulations.compare import Comparison
 from simulations.runner import floor_to
 from simulations.traces import Trace
 
-BASELINES = ("keda-avg", "keda-sum", "static-best", "clairvoyant", "oracle")
+BASELINES = ("keda-avg", "keda-sum", "static-best", "reactive", "clairvoyant", "oracle")
+FOLLOWERS = ("reactive", "clairvoyant")  # tuned in hindsight on the trace itself: yardsticks, not deployable
 PLOT_CEILING_S = 3600.0  # the longest a run waits for its last requests (``runner.run``'s tail)
 # The windows ``load`` gives the busiest prompt tokens of, and their names in the table: a second (the
 # SLO's scale), a scrape window, a cold start, an hour (the scale of a diurnal swing).
@@ -67,11 +68,16 @@ def report(comparison: Comparison, extra_model: dict[str, Any]) -> dict[str, Any
 
 
 def relative_costs(results: list[dict[str, Any]], target: float) -> None:
-    """Each run's GPU-hours over static-best's and over the clairvoyant's (``vs_static_best``,
-    ``vs_clairvoyant``), where those met the SLO target: what a policy costs against the fixed fleet and
-    against the achievable floor."""
+    """Each run's GPU-hours over static-best's, the reactive follower's and the clairvoyant's
+    (``vs_static_best``, ``vs_reactive``, ``vs_clairvoyant``), where those met the SLO target: what a policy
+    costs against the fixed fleet, against what a rule without a forecast could do, and against the
+    achievable floor."""
     runs = {r["policy"]: r for r in results}
-    for name, key in (("static-best", "vs_static_best"), ("clairvoyant", "vs_clairvoyant")):
+    for name, key in (
+        ("static-best", "vs_static_best"),
+        ("reactive", "vs_reactive"),
+        ("clairvoyant", "vs_clairvoyant"),
+    ):
         base = runs.get(name)
         if base is None or base["slo_attainment"] < target or base["gpu_hours"] <= 0:
             continue
@@ -81,22 +87,26 @@ def relative_costs(results: list[dict[str, Any]], target: float) -> None:
 
 
 def floor_line(data: dict[str, Any]) -> str:
-    """What the achievable floor costs, and each policy that met the SLO against it."""
+    """What the followers cost, each tuned in hindsight: the reactive one (the present load told exactly, no
+    forecast) and the clairvoyant (the achievable floor); and each policy that met the SLO against them."""
     runs = {r["policy"]: r for r in data["results"]}
-    floor = runs.get("clairvoyant")
-    if floor is None or "vs_clairvoyant" not in floor:
-        return ""
-    line = (
-        f"\nfloor: clairvoyant (a perfect forecast, the same cold start and behavior) meets the SLO at "
-        f"{floor['gpu_hours']:.2f} GPU-h"
-    )
     target = data["model"]["slo_target"]
-    others = [
-        f"{r['policy']} {r['vs_clairvoyant']:.2f}x"
-        for r in data["results"]
-        if r["policy"] not in ("clairvoyant", "oracle") and _meets(r, target) and "vs_clairvoyant" in r
-    ]
-    return line + (f"; against it {_series(others)}" if others else "")
+    lines = ""
+    for name, what, key in (
+        ("reactive", "without a forecast: reactive (the minute past told exactly", "vs_reactive"),
+        ("clairvoyant", "floor: clairvoyant (a perfect forecast", "vs_clairvoyant"),
+    ):
+        follower = runs.get(name)
+        if follower is None or key not in follower:
+            continue
+        line = f"\n{what}, the same cold start and behavior) meets the SLO at {follower['gpu_hours']:.2f} GPU-h"
+        others = [
+            f"{r['policy']} {r[key]:.2f}x"
+            for r in data["results"]
+            if r["policy"] not in (*FOLLOWERS, "oracle") and _meets(r, target) and key in r
+        ]
+        lines += line + (f"; against it {_series(others)}" if others else "")
+    return lines
 
 
 def load(trace: Trace) -> dict[str, Any]:
@@ -233,7 +243,7 @@ def verdict(data: dict[str, Any]) -> str:
     """The table's answer in one line: the cheapest run that meets the SLO target, against the best fixed
     fleet (the question a user asks before trusting a policy with a GPU fleet)."""
     target = data["model"]["slo_target"]
-    runs = [r for r in data["results"] if not r.get("lower_bound") and r["policy"] != "clairvoyant"]
+    runs = [r for r in data["results"] if not r.get("lower_bound") and r["policy"] not in FOLLOWERS]
     meeting = [r for r in runs if _meets(r, target)]
     if not meeting:
         most = data["model"]["max_replicas"]
@@ -342,9 +352,10 @@ def plot(path: str | Path, comparison: Comparison) -> None:
 
 def _cost_against_attainment(ax: Any, comparison: Comparison) -> None:
     """One point per policy: GPU-hours against SLO attainment, the target drawn, static-best (a square), the
-    clairvoyant (a diamond: the floor a forecast could reach) and the oracle's cost (a lower bound, not a
+    reactive follower (a triangle: what no forecast could beat), the clairvoyant (a diamond: the floor a
+    forecast could reach) and the oracle's cost (a lower bound, not a
     policy) marked, so the cheapest policy that meets the SLO is the lowest point right of the line."""
-    baseline_marks = {"static-best": ("s", "black"), "clairvoyant": ("D", "dimgrey")}
+    baseline_marks = {"static-best": ("s", "black"), "reactive": ("v", "dimgrey"), "clairvoyant": ("D", "dimgrey")}
     for result in comparison.results:
         if result.policy.startswith("oracle") or result.abandoned:
             continue

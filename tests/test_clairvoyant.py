@@ -77,5 +77,12 @@ def test_it_meets_the_slo_between_the_bound_and_the_fixed_fleet() -> None:
     assert runs["predictive"]["vs_clairvoyant"] == pytest.approx(
         runs["predictive"]["gpu_hours"] / floor["gpu_hours"], abs=1e-3
     )
-    assert "clairvoyant" not in verdict(data)
+    assert "clairvoyant" not in verdict(data) and "reactive" not in verdict(data)
     assert "floor: clairvoyant" in table(data)
+    # Beside it, what a rule without a forecast could have done: the reactive follower, tuned in hindsight.
+    follower = runs["reactive"]
+    assert follower["slo_attainment"] >= 0.99 and follower["gpu_hours"] >= floor["gpu_hours"]
+    assert runs["predictive"]["vs_reactive"] == pytest.approx(
+        runs["predictive"]["gpu_hours"] / follower["gpu_hours"], abs=1e-3
+    )
+    assert "without a forecast: reactive" in table(data)

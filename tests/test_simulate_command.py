@@ -111,7 +111,7 @@ def test_the_same_seed_gives_the_same_report(tmp_path: Path) -> None:
         outs.append(json.loads(path.read_text()))
     assert outs[0] == outs[1]
     policies = {r["policy"] for r in outs[0]["results"]}
-    assert policies == {"threshold", "keda-avg", "keda-sum", "clairvoyant", "static-best", "oracle"}
+    assert policies == {"threshold", "keda-avg", "keda-sum", "reactive", "clairvoyant", "static-best", "oracle"}
 
 
 def test_simulate_on_a_real_trace(shared_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
