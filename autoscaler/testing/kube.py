@@ -1,9 +1,11 @@
 """A real kube-apiserver (with etcd) for tests, as envtest is for Go controllers.
 
 :class:`KubeServer` runs the shared ``start.sh`` (kube-apiserver with RBAC and token authentication) with an
-audit log on, and gives what a test needs around it: a namespace of its own, ServiceAccounts with real
-tokens (the TokenRequest API), Roles bound to them, Deployments, and :class:`Kubelet`, which plays the one
-part the server lacks by writing a Deployment's ``status`` as pods would become ready.
+audit log on, or starts the same two servers the same way from envtest's binaries (``KUBEBUILDER_ASSETS``,
+as ``setup-envtest`` installs them), and gives what a test needs around it: a namespace of its own,
+ServiceAccounts with real tokens (the TokenRequest API), Roles bound to them, Deployments, and
+:class:`Kubelet`, which plays the one part the server lacks by writing a Deployment's ``status`` as pods would
+become ready.
 """
 
 from __future__ import annotations
@@ -13,20 +15,25 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.testing.servers import Unavailable
+from autoscaler.testing.servers import Unavailable, free_port, wait_for
 
 KUBE_DIR_ENV = "VLLM_AUTOSCALER_TEST_KUBE_DIR"
+ASSETS_ENV = "KUBEBUILDER_ASSETS"  # envtest's convention: a folder holding kube-apiserver and etcd
+BINARIES = ("kube-apiserver", "etcd")
 
 # Everything at Metadata (who did what to which object, and the answer); the Lease and scale writes with
 # their bodies, so a test can tell who held the Lease and which count was written.
@@ -49,16 +56,26 @@ AUDIT_POLICY = {
 
 
 def find_kube_dir(start: Path | None = None) -> Path:
-    """``$VLLM_AUTOSCALER_TEST_KUBE_DIR``, else ``../shared/kube`` beside the checkout (or the working folder)."""
+    """``$VLLM_AUTOSCALER_TEST_KUBE_DIR`` (a folder with ``start.sh``), else ``$KUBEBUILDER_ASSETS`` (envtest's
+    binaries, as ``setup-envtest use -p path`` prints their folder), else ``../shared/kube`` beside the
+    checkout (or the working folder)."""
     if os.environ.get(KUBE_DIR_ENV):
         return Path(os.environ[KUBE_DIR_ENV])
+    if os.environ.get(ASSETS_ENV):
+        assets = Path(os.environ[ASSETS_ENV])
+        if not all(os.access(assets / binary, os.X_OK) for binary in BINARIES):
+            raise Unavailable(f"{ASSETS_ENV}={assets} holds no executable kube-apiserver and etcd")
+        return assets
     roots = [start] if start else []
     roots += [Path(__file__).resolve().parents[2], Path.cwd()]
     for root in roots:
         candidate = root.parent / "shared" / "kube"
         if (candidate / "start.sh").is_file():
             return candidate
-    raise Unavailable(f"no real kube-apiserver: set {KUBE_DIR_ENV} or put shared/kube beside the checkout")
+    raise Unavailable(
+        f"no real kube-apiserver: set {ASSETS_ENV} to envtest's binaries (setup-envtest use -p path), or "
+        f"{KUBE_DIR_ENV}, or put shared/kube beside the checkout"
+    )
 
 
 @dataclass(frozen=True)
@@ -108,6 +125,22 @@ def _rfc3339(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def _advertise(etcd: Path, url: str) -> list[str]:
+    """The client URL to advertise, for an etcd that asks for it (etcd's own server does, when it listens on a
+    given URL; the shared one, etcd's ``embed`` behind a small ``main``, takes no such flag)."""
+    usage = subprocess.run([str(etcd), "--help"], capture_output=True, text=True, timeout=30, check=False)
+    return ["--advertise-client-urls", url] if "advertise-client-urls" in usage.stdout + usage.stderr else []
+
+
+def _get(url: str, headers: dict[str, str] | None = None, ca: str | None = None) -> str:
+    """The body of a GET, or "" while the server is not answering."""
+    try:
+        answer = requests.get(url, headers=headers, verify=ca or True, timeout=2)
+    except requests.RequestException:
+        return ""
+    return answer.text if answer.status_code == 200 else ""
+
+
 class KubeServer:
     """One kube-apiserver and etcd, started by the shared ``start.sh``, stopped by :meth:`stop`."""
 
@@ -117,11 +150,15 @@ class KubeServer:
         self.env: dict[str, str] = {}
         self.audit_log = workdir / "audit.log"
         self._admin: client.ApiClient | None = None
+        self._processes: list[subprocess.Popen[bytes]] = []  # started from envtest's binaries, not start.sh
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         policy = self.workdir / "audit-policy.yaml"
         policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        if not (self.kube_dir / "start.sh").is_file():
+            self._start_binaries(self.kube_dir, policy)
+            return
         bin_dir = Path(os.environ.get("KUBE_BIN_DIR", str(Path.home() / ".cache" / "kube-test-bin")))
         environment = {
             **os.environ,
@@ -161,7 +198,121 @@ class KubeServer:
         if done.returncode != 0:
             raise RuntimeError(f"unpacking the kube binaries failed: {done.stderr.decode(errors='replace')[-2000:]}")
 
+    def _start_binaries(self, assets: Path, policy: Path) -> None:
+        """What ``start.sh``'s ``start_kube`` does, from a folder of binaries: etcd and kube-apiserver on
+        loopback, a self-signed serving certificate, token authentication for an admin and an unprivileged
+        identity, RBAC on; the same ``KUBE_*`` values in :attr:`env`."""
+        folder = Path(tempfile.mkdtemp(prefix="kube-", dir=self.workdir))
+        ports: list[int] = []
+        while len(ports) < 3:
+            if (port := free_port()) not in ports:
+                ports.append(port)
+        etcd_port, peer_port, api_port = ports
+        key, cert, sa_key, sa_pub = (folder / n for n in ("serving.key", "serving.crt", "sa.key", "sa.pub"))
+        san = "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"
+        for command in (
+            [
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "30",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+                "-subj",
+                "/CN=kube-apiserver",
+                "-addext",
+                san,
+            ],
+            ["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(sa_key)],
+            ["ec", "-in", str(sa_key), "-pubout", "-out", str(sa_pub)],
+        ):
+            subprocess.run(["openssl", *command], check=True, capture_output=True, stdin=subprocess.DEVNULL)
+        admin_token, sa_token = secrets.token_hex(16), secrets.token_hex(16)
+        sa_user = os.environ.get("KUBE_SA_USER", "system:serviceaccount:llm:autoscaler")
+        (folder / "tokens.csv").write_text(
+            f'{admin_token},admin,uid-admin,"system:masters"\n'
+            f'{sa_token},{sa_user},uid-sa,"system:serviceaccounts,system:serviceaccounts:{sa_user.split(":")[2]}"\n'
+        )
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        self._processes.append(
+            self._spawn(
+                folder / "etcd.log",
+                [
+                    str(assets / "etcd"),
+                    "--data-dir",
+                    str(folder / "etcd"),
+                    "--listen-client-urls",
+                    etcd_url,
+                    *_advertise(assets / "etcd", etcd_url),
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{peer_port}",
+                    "--unsafe-no-fsync",
+                    "--log-level",
+                    "warn",
+                ],
+            )
+        )
+        wait_for(lambda: '"health":"true"' in _get(f"{etcd_url}/health"), 30, "etcd to be healthy")
+        self._processes.append(
+            self._spawn(
+                folder / "apiserver.log",
+                [
+                    str(assets / "kube-apiserver"),
+                    f"--etcd-servers={etcd_url}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={api_port}",
+                    f"--cert-dir={folder / 'certs'}",
+                    f"--tls-cert-file={cert}",
+                    f"--tls-private-key-file={key}",
+                    "--authorization-mode=RBAC",
+                    f"--token-auth-file={folder / 'tokens.csv'}",
+                    "--service-account-issuer=https://kubernetes.default.svc",
+                    f"--service-account-key-file={sa_pub}",
+                    f"--service-account-signing-key-file={sa_key}",
+                    "--service-cluster-ip-range=10.96.0.0/24",
+                    "--profiling=false",
+                    f"--audit-policy-file={policy}",
+                    f"--audit-log-path={self.audit_log}",
+                    "--audit-log-mode=blocking",
+                    "--audit-log-maxsize=0",
+                ],
+            )
+        )
+        url = f"https://127.0.0.1:{api_port}"
+        self.env = {"KUBE_URL": url, "KUBE_CA": str(cert), "KUBE_ADMIN_TOKEN": admin_token, "KUBE_DIR": str(folder)}
+        self.env |= {"KUBE_SA_TOKEN": sa_token, "KUBE_SA_USER": sa_user, "KUBE_ETCD_URL": etcd_url}
+        headers = {"Authorization": f"Bearer {admin_token}"}
+        wait_for(lambda: _get(f"{url}/readyz", headers, str(cert)) == "ok", 120, "kube-apiserver to be ready")
+        # kubectl apply validates against the OpenAPI document, which serves a few seconds after /readyz
+        wait_for(lambda: _get(f"{url}/openapi/v2", headers, str(cert)), 120, "the OpenAPI document")
+        self.env["KUBECONFIG"] = str(self.kubeconfig(folder / "admin.kubeconfig", admin_token))
+        self.env["KUBE_SA_KUBECONFIG"] = str(self.kubeconfig(folder / "sa.kubeconfig", sa_token))
+
+    def _spawn(self, log: Path, command: list[str]) -> subprocess.Popen[bytes]:
+        with log.open("ab") as output:
+            return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
     def stop(self) -> None:
+        if self._processes:
+            for process in reversed(self._processes):  # the API server, then etcd, as stop_kube does
+                process.terminate()
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+            self._processes = []
+            shutil.rmtree(self.env.get("KUBE_DIR", ""), ignore_errors=True)
+            self.env = {}
+            return
         if not self.env:
             return
         self._script("stop_kube", {**os.environ, **self.env}, 60)
