@@ -66,6 +66,7 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
     api = api_client(settings.kubeconfig, settings.api_timeout_s)
     stop = threading.Event()
     elector = None
+    telemetry = Telemetry()
     if leader_election_wanted(settings, once, settings.dry_run):
         identity = settings.identity or f"{socket.gethostname()}-{os.getpid()}"
         elector = LeaderElector(
@@ -76,6 +77,7 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
             settings.lease_duration_s,
             settings.renew_deadline_s,
             settings.retry_period_s,
+            on_transition=lambda event: telemetry.leader_transitions.labels(event).inc(),
         )
     actuator: Actuator = KubernetesActuator(
         api,
@@ -85,7 +87,6 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
     )
     if settings.dry_run:
         actuator = DryRunActuator(actuator)
-    telemetry = Telemetry()
     source = PrometheusSource(settings.prometheus(document))
     store = (
         None if settings.dry_run else ConfigMapStateStore(api, own_namespace(settings), timeout=settings.api_timeout_s)

@@ -38,7 +38,10 @@ class LeaderElector:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        on_transition: Callable[[str], None] = lambda event: None,
     ) -> None:
+        """``on_transition`` hears ``acquired`` and ``lost`` as this process starts and stops leading (the
+        daemon counts them in ``vllm_autoscaler_leader_transitions_total``)."""
         if not retry_period < renew_deadline < lease_duration:
             raise ValueError("leader election needs retry period < renew deadline < lease duration")
         self.leases = client.CoordinationV1Api(api)
@@ -50,6 +53,8 @@ class LeaderElector:
         self.renewed_at: float | None = None
         self.transitions = 0
         self.refused = ""  # why the last round did not lead: "held by X", or the API's answer
+        self.on_transition = on_transition
+        self._leading = False  # as last reported: a lead that lapsed between rounds is reported at the next
 
     def is_leader(self) -> bool:
         return self.authority_left() > 0
@@ -82,6 +87,10 @@ class LeaderElector:
         """One round: create, renew or take over the lease. Returns whether this process leads now."""
         now = self.clock()
         was_leader = self.is_leader()
+        if self._leading and not was_leader:  # no renewal within the deadline: a stall, or the API unreachable
+            assert self.renewed_at is not None
+            lapsed = f"not renewed for {now - self.renewed_at:.1f} s (renew deadline {self.renew_deadline:g} s)"
+            self._report_lost(f"{lapsed}: {self.refused}" if self.refused else lapsed)
         try:
             lease = self.leases.read_namespaced_lease(self.name, self.namespace)
         except ApiException as exc:
@@ -119,21 +128,31 @@ class LeaderElector:
         self.renewed_at = now
         self.observed = None
         self.transitions = transitions
-        if not was_leader:
+        self.refused = ""
+        if not self._leading:
+            self._leading = True
             log.info("leader-acquired", lease=f"{self.namespace}/{self.name}", identity=self.identity)
+            self.on_transition("acquired")
         return True
 
     def _lost(self, was_leader: bool, why: str) -> bool:
+        """A round that did not renew: the lead is lost once its authority runs out, now or at a later round."""
         self.refused = why
-        if was_leader and not self.is_leader():
-            log.warning("leader-lost", lease=f"{self.namespace}/{self.name}", identity=self.identity, detail=why)
+        if self._leading and not self.is_leader():
+            self._report_lost(why)
         return self.is_leader()
+
+    def _report_lost(self, why: str) -> None:
+        self._leading = False
+        log.warning("leader-lost", lease=f"{self.namespace}/{self.name}", identity=self.identity, detail=why)
+        self.on_transition("lost")
 
     def release(self) -> None:
         """Give the lease up (on SIGTERM) so that another replica takes over at once."""
         if not self.is_leader():
             return
         self.renewed_at = None
+        self._leading = False
         try:
             lease = self.leases.read_namespaced_lease(self.name, self.namespace)
             if lease.spec is None or lease.spec.holder_identity != self.identity:

@@ -68,6 +68,12 @@ class Telemetry:
         self.leader = Gauge(
             "vllm_autoscaler_leader", "1 while this replica holds the lease (or needs none)", registry=r
         )
+        self.leader_transitions = Counter(
+            "vllm_autoscaler_leader_transitions_total",
+            "This replica's leadership changes: acquired, or lost (not renewed in time, or taken over)",
+            ["event"],
+            registry=r,
+        )
         self.cold_start = Histogram(
             "vllm_autoscaler_cold_start_seconds",
             "From a scale-up write to readyReplicas reaching the new count",

@@ -375,6 +375,44 @@ def test_releasing_the_lease_hands_over_at_once(cluster: Cluster) -> None:
     assert second.try_acquire_or_renew()
 
 
+def test_a_lead_that_lapses_is_reported_lost(cluster: Cluster) -> None:
+    """A leader that stalls past its renew deadline, or cannot reach the API server until then, logs
+    ``leader-lost`` and counts it, at the first round that sees it, and ``leader-acquired`` when it leads again."""
+    clock, events = FakeClock(), []
+    elector = LeaderElector(
+        api_client(str(cluster.kubeconfig())), cluster.namespace, "lock", "a", 15, 10, 2, clock, events.append
+    )
+    assert elector.try_acquire_or_renew() and events == ["acquired"]
+    clock.now += 11  # stalled: no round for longer than the renew deadline
+    with capture_logs() as logs:
+        assert elector.try_acquire_or_renew()  # the Lease is still its own: it renews and leads again
+    lost = [e for e in logs if e["event"] == "leader-lost"]
+    assert lost and lost[0]["detail"] == "not renewed for 11.0 s (renew deadline 10 s)"
+    assert events == ["acquired", "lost", "acquired"]
+
+    proxy = FaultProxy(cluster.kube.url, cluster.kube.ca_file)
+    try:
+        cut = LeaderElector(
+            api_client(str(cluster.kubeconfig(proxy.url)), 2.0), cluster.namespace, "lock2", "b", 15, 10, 2, clock
+        )
+        cut.on_transition = events.append
+        assert cut.try_acquire_or_renew()
+        proxy.inject("GET", "/leases/lock2$", DROP, times=None)
+        with capture_logs() as logs:
+            clock.now += 2
+            assert cut.try_acquire_or_renew()  # its authority still runs: not lost yet
+            clock.now += 9
+            assert not cut.try_acquire_or_renew()
+            clock.now += 2
+            assert not cut.try_acquire_or_renew()  # lost once, not again
+        lost = [e for e in logs if e["event"] == "leader-lost"]
+        assert len(lost) == 1 and lost[0]["detail"].startswith("not renewed for 11.0 s")
+        assert "read failed" in lost[0]["detail"]  # why: the last round's answer
+        assert events == ["acquired", "lost", "acquired", "acquired", "lost"]  # a, then b
+    finally:
+        proxy.close()
+
+
 def test_cold_start_is_measured(cluster: Cluster, loaded: PrometheusServer) -> None:
     cluster.deployment(NAME, 2)
     with cluster.kubelet(startup_delay=1.0):
