@@ -36,7 +36,7 @@ from autoscaler.warm_up import HistoryRead, history_seconds
 from policies.base import Observation
 from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
 from policies.pipeline import Decision, Reason, WorkloadDecider
-from policies.policy_file import PolicyFile, PolicyFileError, Workload, parse_policy_text
+from policies.policy_file import PolicyFile, PolicyFileError, TargetRef, Workload, parse_policy_text
 
 log = get_logger("autoscaler.controller")
 
@@ -149,7 +149,7 @@ class Controller:
             log.error("policy-rejected", path=str(self.policy_path), problems=problems, keeping="last good policy")
             message = "invalid policy file, keeping the last good one: " + "; ".join(problems)[:900]
             for runtime in self.runtime.values():
-                self.actuator.event(runtime.workload.target, "Warning", "InvalidPolicy", message)
+                self._event(runtime.workload.target, "Warning", "InvalidPolicy", message)
             return False
         self.apply_document(document, observer)
         self.policy_digest, self.rejected_digest = digest, None
@@ -181,6 +181,12 @@ class Controller:
 
     def leading(self) -> bool:
         return self.elector is None or self.elector.is_leader()
+
+    def _event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:
+        """An Event on the target, from the leader only, as the HPA's controller-manager writes them: a standby
+        decides beside it and says so in its log, and would only write every warning twice."""
+        if self.leading():
+            self.actuator.event(target, kind, reason, message)
 
     def tick(self) -> list[dict[str, Any]]:
         started = time.monotonic()
@@ -283,7 +289,7 @@ class Controller:
             now, state.replicas, metrics.values, state.ready, metrics.activation, metrics.activity
         )
         decision = runtime.decider.decide(observation)
-        self._metrics_events(runtime, decision, metrics)
+        self._metrics_events(runtime, decision, metrics, state)
         return self._act(runtime, state, decision, line)
 
     def _warm_some(self, runtimes: list[WorkloadRuntime], wall: float, now: float) -> None:
@@ -365,7 +371,7 @@ class Controller:
         if (refusal, *owners, *ownership.unknown) != runtime.refused_by:
             runtime.refused_by = (refusal, *owners, *ownership.unknown)
             reason = "OwnerUnknown" if refusal == "owner-unknown" else "ForeignAutoscaler"
-            self.actuator.event(target, "Warning", reason, message[:1000])
+            self._event(target, "Warning", reason, message[:1000])
         return refusal
 
     def _act(
@@ -416,7 +422,7 @@ class Controller:
             else:
                 runtime.pending_scale_up = None
             runtime.last_scale = (self.clock(), state.replicas, desired, decision.reason)
-            self.actuator.event(
+            self._event(
                 workload.target,
                 "Normal",
                 EVENT_REASONS.get(decision.reason, "SuccessfulRescale"),
@@ -425,7 +431,7 @@ class Controller:
             return self._log(line)
         line["detail"] = result.detail
         if result.outcome not in ("changed-concurrently", "not-leader"):
-            self.actuator.event(
+            self._event(
                 workload.target,
                 "Warning",
                 "FailedRescale",
@@ -433,16 +439,29 @@ class Controller:
             )
         return self._log(line, "warning")
 
-    def _metrics_events(self, runtime: WorkloadRuntime, decision: Decision, metrics: WorkloadMetrics) -> None:
+    def _metrics_events(
+        self, runtime: WorkloadRuntime, decision: Decision, metrics: WorkloadMetrics, state: ScaleState
+    ) -> None:
+        """``FailedGetMetrics`` (Warning) when the metrics fail, once until they come back; with no replica
+        ready (at zero, or every one still in its cold start) vLLM has nothing to export yet, which is expected:
+        ``WaitingForReadyReplicas`` (Normal)."""
         failing = decision.reason in (Reason.METRICS_UNAVAILABLE, Reason.FALLBACK)
         if failing and not runtime.metrics_failing:
-            reasons = ", ".join(f"{name}: {r.failure}" for name, r in metrics.failures.items())
-            self.actuator.event(
-                runtime.workload.target,
-                "Warning",
-                "FailedGetMetrics",
-                f"holding at {decision.current}: no usable value for {reasons or 'the metrics'}",
-            )
+            if state.ready == 0:
+                self._event(
+                    runtime.workload.target,
+                    "Normal",
+                    "WaitingForReadyReplicas",
+                    f"holding at {decision.current}: no replica is ready yet to export metrics",
+                )
+            else:
+                reasons = ", ".join(f"{name}: {r.failure}" for name, r in metrics.failures.items())
+                self._event(
+                    runtime.workload.target,
+                    "Warning",
+                    "FailedGetMetrics",
+                    f"holding at {decision.current}: no usable value for {reasons or 'the metrics'}",
+                )
         runtime.metrics_failing = failing
 
     def _track_cold_start(self, runtime: WorkloadRuntime, state: ScaleState, now: float) -> None:

@@ -41,6 +41,7 @@ class FakeActuator:
     broken: set[str] = field(default_factory=set)
     writes: list[tuple[str, int]] = field(default_factory=list)
     events: list[tuple[str, str]] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # each Event's type, Normal or Warning
     dry_run: bool = False
 
     def read(self, target: TargetRef) -> ScaleState:
@@ -61,6 +62,7 @@ class FakeActuator:
 
     def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:
         self.events.append((target.name, reason))
+        self.kinds.append(kind)
 
 
 class Clock:
@@ -362,3 +364,29 @@ def test_a_threshold_workload_reads_no_history(source: FakeSource) -> None:
     history.values = dict(source.values)
     controller(FakeActuator({"a": state(2)}), history).tick()
     assert history.ranges == []
+
+
+@pytest.mark.parametrize(
+    ("ready", "kind", "reason"),
+    [(2, "Warning", "FailedGetMetrics"), (0, "Normal", "WaitingForReadyReplicas")],
+)
+def test_metrics_that_fail_are_a_warning_unless_no_replica_is_ready(
+    source: FakeSource, ready: int, kind: str, reason: str
+) -> None:
+    """With replicas ready a metric without a value is a failure; with none ready (a cold start, a wake from
+    zero) vLLM has nothing to export yet, and that is expected. Either is said once, until it changes."""
+    actuator = FakeActuator({"a": ScaleState(2, ready, "v1", {})})
+    del source.values["a"]
+    daemon = controller(actuator, source)
+    for _ in range(3):
+        daemon.tick()
+    assert actuator.events == [("a", reason)] and actuator.kinds == [kind]
+
+
+@pytest.mark.parametrize(("leading", "events"), [(True, [("a", "ForeignAutoscaler")]), (False, [])])
+def test_only_the_leader_writes_events(source: FakeSource, leading: bool, events: list[tuple[str, str]]) -> None:
+    """The standby decides beside the leader and says so in its log; Events are the leader's, as the HPA's
+    are the controller-manager leader's, so no warning is written twice."""
+    actuator = FakeActuator({"a": state(2)}, {"a": Ownership((Owner("HorizontalPodAutoscaler h", 2, 4),))})
+    controller(actuator, source, elector=Elector(leading)).tick()
+    assert actuator.events == events and actuator.writes == []
