@@ -329,14 +329,18 @@ class Controller:
                     log.info("warmed-up", workload=key, samples=outcome.samples)
             runtime.warmed, runtime.history = True, None
 
-    def _ownership(self, runtime: WorkloadRuntime, state: ScaleState, line: dict[str, Any]) -> str | None:
+    def _ownership(
+        self, runtime: WorkloadRuntime, state: ScaleState, line: dict[str, Any], fresh: bool = False
+    ) -> str | None:
         """Why this workload must not be written (``owner-unknown``, ``foreign-autoscaler``), or None.
 
         Fail closed: an owner check that could not complete is no permission to write. In dry-run nothing is
         written anyway, so the decision goes on (shadow mode) and the line carries the owner's own counts
-        beside ours, for comparing before the switch."""
+        beside ours, for comparing before the switch. ``fresh``: the check again just before a write, on a
+        listing made then (an owner created since the tick's check is seen before anything is written; it costs
+        the write a list of the namespace's autoscalers)."""
         target = runtime.workload.target
-        ownership = self.actuator.owners(target)
+        ownership = self.actuator.owners(target, fresh)
         claimant = state.annotations.get(CLAIMED_BY)
         if claimant and claimant != self.install:
             ownership = Ownership((*ownership.owners, Owner(f"vllm-autoscaler install {claimant}")), ownership.unknown)
@@ -402,6 +406,10 @@ class Controller:
         if self.actuator.dry_run:
             line["write"] = "dry-run"
             return self._log(line, event="would-scale")
+        if (refusal := self._ownership(runtime, state, line, fresh=True)) is not None:
+            self.telemetry.decisions.labels(key, refusal).inc()
+            line["write"] = "refused"
+            return self._log(line, "warning")
         if self.install is not None and state.annotations.get(CLAIMED_BY) != self.install:
             claimed = self.actuator.claim(workload.target, state, self.install)
             if not claimed.applied:  # not ours yet: no write; the next tick reads the target again

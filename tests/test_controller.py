@@ -55,7 +55,7 @@ class FakeActuator:
         self.states[target.name] = ScaleState(replicas, state.ready, "v2", state.annotations)
         return WriteResult(True, "applied", attempts=1)
 
-    def owners(self, target: TargetRef) -> Ownership:
+    def owners(self, target: TargetRef, fresh: bool = False) -> Ownership:
         if target.name in self.broken:
             raise RuntimeError("a bug in one workload's path")
         return self.ownership.get(target.name, Ownership())

@@ -93,8 +93,9 @@ class Actuator(Protocol):
         """Remove the claim, only if it is still ``claimant``'s."""
         ...
 
-    def owners(self, target: TargetRef) -> Ownership:
-        """Other autoscalers (HPAs, KEDA ScaledObjects, AIBrix PodAutoscalers) that target the same object."""
+    def owners(self, target: TargetRef, fresh: bool = False) -> Ownership:
+        """Other autoscalers (HPAs, KEDA ScaledObjects, AIBrix PodAutoscalers) that target the same object;
+        ``fresh``: listed now, not from a cache (the check just before a write)."""
         ...
 
     def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:

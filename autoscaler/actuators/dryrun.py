@@ -30,8 +30,8 @@ class DryRunActuator:
     def release(self, target: TargetRef, claimant: str) -> WriteResult:
         return WriteResult(False, "dry-run", f"would release {claimant}'s claim")
 
-    def owners(self, target: TargetRef) -> Ownership:
-        return self.reader.owners(target)
+    def owners(self, target: TargetRef, fresh: bool = False) -> Ownership:
+        return self.reader.owners(target, fresh)
 
     def event(self, target: TargetRef, kind: str, reason: str, message: str) -> None:
         log.info(

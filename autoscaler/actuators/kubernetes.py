@@ -37,6 +37,7 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 RETRIABLE = {429, 500, 502, 503, 504}
 OWNER_CACHE_S = 60.0
+FRESH_OWNERS_S = 0.0  # the check just before a write lists again: an owner created since the tick's check is seen
 EVENT_AGGREGATE_S = 600.0  # client-go's aggregation window
 EVENT_BURST, EVENT_REFILL_S = 25, 300.0  # client-go's spam filter: 25 at once, then one per 5 minutes
 
@@ -284,8 +285,8 @@ class KubernetesActuator:
             return WriteResult(False, "unavailable", str(exc)[:300], 1)
         return WriteResult(True, "released", attempts=1)
 
-    def owners(self, target: TargetRef) -> Ownership:
-        owners, unknown = self._namespace_autoscalers(target.namespace)
+    def owners(self, target: TargetRef, fresh: bool = False) -> Ownership:
+        owners, unknown = self._namespace_autoscalers(target.namespace, FRESH_OWNERS_S if fresh else OWNER_CACHE_S)
         found = tuple(
             owner
             for owner, ref in owners
@@ -293,13 +294,15 @@ class KubernetesActuator:
         )
         return Ownership(found, unknown)
 
-    def _namespace_autoscalers(self, namespace: str) -> tuple[list[tuple[Owner, dict[str, Any]]], tuple[str, ...]]:
+    def _namespace_autoscalers(
+        self, namespace: str, max_age_s: float
+    ) -> tuple[list[tuple[Owner, dict[str, Any]]], tuple[str, ...]]:
         """Every autoscaler in ``namespace`` with the ref it targets, and why a list failed. A complete answer
-        is cached for ``OWNER_CACHE_S``; a failed one never is, so the next tick asks again. A custom
+        is used for up to ``max_age_s``; a failed one never is, so the next tick asks again. A custom
         resource whose API is not served (404) is "not installed", not a failure."""
         cached = self._owners.get(namespace)
         now = self.clock()
-        if cached is not None and now - cached[0] < OWNER_CACHE_S:
+        if cached is not None and now - cached[0] < max_age_s:
             return cached[1], ()
         owners: list[tuple[Owner, dict[str, Any]]] = []
         unknown: list[str] = []

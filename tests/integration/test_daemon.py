@@ -269,6 +269,28 @@ def test_a_target_owned_by_another_autoscaler_is_refused(
     assert cluster.replicas(NAME) == 2
 
 
+def test_an_owner_created_between_two_ticks_is_seen_before_the_next_write(
+    cluster: Cluster, loaded: PrometheusServer
+) -> None:
+    """The owner check of a tick is cached for a minute; the check again just before a write is not: an HPA
+    created after a tick stops the next tick's write, with one ForeignAutoscaler Event."""
+    cluster.deployment(NAME, 8)
+    controller = _controller(cluster, loaded.url)
+    assert controller.tick()[0]["desired"] == 8  # nothing to write; the namespace's autoscalers listed and cached
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME}
+    client.AutoscalingV2Api(cluster.admin).create_namespaced_horizontal_pod_autoscaler(
+        cluster.namespace, {"metadata": {"name": "late-hpa"}, "spec": {"scaleTargetRef": ref, "maxReplicas": 8}}
+    )
+    client.AppsV1Api(cluster.admin).patch_namespaced_deployment_scale(
+        NAME, cluster.namespace, {"spec": {"replicas": 4}}
+    )  # by hand: the next tick wants 8 again
+    line = controller.tick()[0]
+    assert (line["reason"], line["write"], line["applied"]) == ("foreign-autoscaler", "refused", False)
+    assert cluster.scale_writes() == []
+    assert cluster.replicas(NAME) == 4
+    assert [e.reason for e in events(cluster) if e.reason == "ForeignAutoscaler"] == ["ForeignAutoscaler"]
+
+
 def test_a_deployment_at_zero_is_left_alone(cluster: Cluster, loaded: PrometheusServer) -> None:
     cluster.deployment(NAME, 0)
     assert run_once(cluster, policy_text(loaded.url, cluster.namespace)) == 0
