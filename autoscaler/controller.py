@@ -398,14 +398,13 @@ class Controller:
         self.telemetry.desired.labels(key).set(desired)
         self.telemetry.recommended.labels(key).set(decision.recommended)
         self.telemetry.decisions.labels(key, decision.reason).inc()
+        if self.actuator.dry_run:
+            return self._shadow(runtime, state, decision, desired, line)
         if desired == state.replicas:
             return self._log(line)
         if not self.leading():
             line["write"] = "not-leader"
             return self._log(line)
-        if self.actuator.dry_run:
-            line["write"] = "dry-run"
-            return self._log(line, event="would-scale")
         if (refusal := self._ownership(runtime, state, line, fresh=True)) is not None:
             self.telemetry.decisions.labels(key, refusal).inc()
             line["write"] = "refused"
@@ -446,6 +445,26 @@ class Controller:
                 f"New size: {desired}; reason: {decision.reason}; error: {result.outcome} {result.detail}",
             )
         return self._log(line, "warning")
+
+    def _shadow(
+        self, runtime: WorkloadRuntime, state: ScaleState, decision: Decision, desired: int, line: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Dry-run's line, every tick, agreeing or not: the count it would set now (``desired``, after behavior),
+        the count its policy is heading for (``heading``: the stabilized recommendation within the bounds, where
+        it goes once the rate limits let it), and beside an owner the owner's current and desired counts, with
+        ``agrees`` (ours now against the owner's desired, or against the current count without an owner)."""
+        workload = runtime.workload
+        stabilized = decision.details.get("stabilized")
+        heading = decision.recommended if stabilized is None else int(stabilized)
+        heading = min(max(heading, workload.min_replicas), workload.max_replicas)
+        self.telemetry.heading.labels(workload.key).set(heading)
+        owner_desired = line.get("owner_desired")
+        line.update(
+            write="dry-run",
+            heading=heading,
+            agrees=desired == (owner_desired if owner_desired is not None else state.replicas),
+        )
+        return self._log(line, event="would-scale")
 
     def _metrics_events(
         self, runtime: WorkloadRuntime, decision: Decision, metrics: WorkloadMetrics, state: ScaleState

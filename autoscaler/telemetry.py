@@ -23,6 +23,12 @@ class Telemetry:
             labels,
             registry=r,
         )
+        self.heading = Gauge(
+            "vllm_autoscaler_heading_replicas",
+            "In dry-run: the count the policy is heading for (its stabilized recommendation within the bounds)",
+            labels,
+            registry=r,
+        )
         self.owner_desired = Gauge(
             "vllm_autoscaler_owner_desired_replicas",
             "The other autoscaler's desiredReplicas (HPA status), read in shadow mode beside our own",

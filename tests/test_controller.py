@@ -164,6 +164,28 @@ def test_dry_run_writes_nothing_and_shadows_an_owner(source: FakeSource) -> None
     assert fake.writes == [] and fake.events == []
 
 
+@pytest.mark.parametrize(("owner_desired", "agrees"), [(10, False), (4, False), (8, True)])
+def test_dry_run_says_every_tick_what_it_would_set_beside_the_owner(
+    source: FakeSource, owner_desired: int, agrees: bool
+) -> None:
+    """Shadow mode is a comparison: a would-scale line every tick, agreeing or not, with the owner's current
+    and desired counts, the count it would set now and the count its policy heads for (past the rate limit)."""
+    fake = FakeActuator({"a": state(2)}, {"a": Ownership((Owner("HorizontalPodAutoscaler h", 2, owner_desired),))})
+    source.values["a"] = 1000.0  # far past maxReplicas: the policy heads for 8, the rate limit allows 6 now
+    daemon = controller(DryRunActuator(fake), source)
+    fake.states["a"] = state(8 if agrees else 2)
+    with capture_logs() as logs:
+        daemon.tick()
+        daemon.tick()
+    lines = [e for e in logs if e["event"] == "would-scale"]
+    assert len(lines) == 2
+    for line in lines:
+        assert (line["owner_current"], line["owner_desired"], line["heading"]) == (2, owner_desired, 8)
+        assert line["agrees"] is agrees and line["write"] == "dry-run"
+    assert fake.writes == [] and fake.events == []
+    assert daemon.telemetry.registry.get_sample_value("vllm_autoscaler_heading_replicas", {"workload": "llm/a"}) == 8
+
+
 def test_a_replica_that_does_not_lead_never_writes(source: FakeSource) -> None:
     actuator = FakeActuator({"a": state(2)})
     line = controller(actuator, source, elector=Elector(False)).tick()[0]

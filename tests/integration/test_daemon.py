@@ -571,7 +571,20 @@ def test_dry_run_beside_an_hpa_decides_as_if_it_were_ours(
     would = [e for e in log_lines(capsys) if e["event"] == "would-scale"]
     assert len(would) == 1
     assert (would[0]["desired"], would[0]["owner_current"], would[0]["owner_desired"]) == (6, 2, 4)
+    assert (would[0]["heading"], would[0]["agrees"]) == (8, False)  # ten replicas' worth, within maxReplicas 8
     assert would[0]["owners"] == ["HorizontalPodAutoscaler vllm-hpa"] and would[0]["shadow"] is True
+    assert cluster.writes() == []
+    hpa_status = {"status": {"currentReplicas": 8, "desiredReplicas": 8}}  # the owner comes round to ours
+    client.AutoscalingV2Api(cluster.admin).patch_namespaced_horizontal_pod_autoscaler_status(
+        "vllm-hpa", cluster.namespace, hpa_status
+    )
+    client.AppsV1Api(cluster.admin).patch_namespaced_deployment_scale(
+        NAME, cluster.namespace, {"spec": {"replicas": 6}}
+    )
+    assert run_once(cluster, policy_text(loaded.url, cluster.namespace), "--dry-run") == 0
+    agreeing = [e for e in log_lines(capsys) if e["event"] == "would-scale"]
+    assert len(agreeing) == 1  # a line when it agrees too, every tick
+    assert (agreeing[0]["desired"], agreeing[0]["owner_desired"], agreeing[0]["agrees"]) == (8, 8, True)
     assert cluster.writes() == []
 
 
