@@ -36,7 +36,14 @@ from autoscaler.warm_up import HistoryRead, history_seconds
 from policies.base import Observation
 from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
 from policies.pipeline import Decision, Reason, WorkloadDecider
-from policies.policy_file import PolicyFile, PolicyFileError, TargetRef, Workload, parse_policy_text
+from policies.policy_file import (
+    PolicyFile,
+    PolicyFileError,
+    TargetRef,
+    Workload,
+    parse_policy_text,
+    read_policy_text,
+)
 
 log = get_logger("autoscaler.controller")
 
@@ -94,7 +101,7 @@ class Controller:
         self.document = document
         self.observer = Observer(document, source)
         self.runtime = {w.key: WorkloadRuntime(w, document.decider(w)) for w in document.workloads}
-        self.policy_digest = self._digest(self._read_policy_text()) if self.policy_path else None
+        self.policy_digest = self._digest(self._policy_text()) if self.policy_path else None
         self.rejected_digest: str | None = None
         self.last_tick_at: float | None = None
         self.started_at = decision_clock()
@@ -110,32 +117,28 @@ class Controller:
     def _digest(text: str | None) -> str | None:
         return None if text is None else hashlib.sha256(text.encode()).hexdigest()
 
-    def _read_policy_text(self) -> str | None:
+    def _policy_text(self) -> str | None:
+        """The file the document was loaded from, as it is now (None if it cannot be used)."""
         try:
-            return self.policy_path.read_text(encoding="utf-8") if self.policy_path else None
-        except (OSError, UnicodeDecodeError):
+            return read_policy_text(self.policy_path) if self.policy_path else None
+        except PolicyFileError:
             return None
 
     def check_policy(self) -> bool:
         """Re-read the policy file; swap in a valid new one, keep the last good one otherwise."""
         if self.policy_path is None:
             return False
-        text = self._read_policy_text()
-        digest = self._digest(text)
-        if digest is None:
-            if self.rejected_digest != "unreadable":
-                log.error(
-                    "policy-rejected",
-                    path=str(self.policy_path),
-                    problems=["the file cannot be read"],
-                    keeping="last good policy",
-                )
-                self.rejected_digest = "unreadable"
-                self.telemetry.policy_reloads.labels("rejected").inc()
+        try:
+            text = read_policy_text(self.policy_path)
+        except PolicyFileError as exc:  # too big, not UTF-8, or unreadable: said once, until it changes
+            unreadable = "unreadable: " + "; ".join(exc.problems)
+            if self.rejected_digest != unreadable:
+                self._reject(unreadable, exc.problems)
             return False
+        digest = self._digest(text)
         if digest in (self.policy_digest, self.rejected_digest):
             return False
-        assert text is not None
+        assert text is not None and digest is not None
         try:
             document = parse_policy_text(text, str(self.policy_path))
             if self.source_factory is not None and document.prometheus != self.document.prometheus:
@@ -143,18 +146,22 @@ class Controller:
                 log.info("metric-source-rebuilt", prometheus=document.prometheus.url)
             observer = Observer(document, self.source)
         except (PolicyFileError, ValueError) as exc:
-            problems = exc.problems if isinstance(exc, PolicyFileError) else [str(exc)]
-            self.rejected_digest = digest
-            self.telemetry.policy_reloads.labels("rejected").inc()
-            log.error("policy-rejected", path=str(self.policy_path), problems=problems, keeping="last good policy")
-            message = "invalid policy file, keeping the last good one: " + "; ".join(problems)[:900]
-            for runtime in self.runtime.values():
-                self._event(runtime.workload.target, "Warning", "InvalidPolicy", message)
+            self._reject(digest, exc.problems if isinstance(exc, PolicyFileError) else [str(exc)])
             return False
         self.apply_document(document, observer)
         self.policy_digest, self.rejected_digest = digest, None
         self.telemetry.policy_reloads.labels("applied").inc()
         return True
+
+    def _reject(self, key: str, problems: list[str]) -> None:
+        """A policy file that cannot be used: said once (``key`` tells it from the next), in the log and as one
+        ``InvalidPolicy`` Event per workload; the last good policy goes on."""
+        self.rejected_digest = key
+        self.telemetry.policy_reloads.labels("rejected").inc()
+        log.error("policy-rejected", path=str(self.policy_path), problems=problems, keeping="last good policy")
+        message = "invalid policy file, keeping the last good one: " + "; ".join(problems)[:900]
+        for runtime in self.runtime.values():
+            self._event(runtime.workload.target, "Warning", "InvalidPolicy", message)
 
     def apply_document(self, document: PolicyFile, observer: Observer | None = None) -> None:
         """Swap policies atomically; a workload that stays keeps its decision state, a removed one is left

@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -20,6 +21,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     ValidationError,
     WithJsonSchema,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -76,8 +78,12 @@ class TargetRef(StrictModel):
     name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253, description="the target's name")
 
 
+MAX_REPLICAS = 2**31 - 1  # a Deployment's spec.replicas is a 32-bit count
+MAX_POLICY_BYTES = 1024 * 1024  # what one ConfigMap holds: a bigger policy file cannot have come from one
+
+
 class PrometheusConfig(StrictModel):
-    url: str = Field(default="http://localhost:9090", description="Prometheus' base URL")
+    url: str = Field(default="http://localhost:9090", description="Prometheus' base URL (http or https, with a host)")
     timeout: Seconds = Field(default=5.0, gt=0, description="per query; a query past it is no value this tick")
     bearer_token_file: str | None = Field(
         default=None,
@@ -95,13 +101,22 @@ class PrometheusConfig(StrictModel):
         description="a sample older than this is no value (measured from the sample's own timestamp)",
     )
 
+    @field_validator("url")
+    @classmethod
+    def _a_url(cls, value: str) -> str:
+        """Parsed, not just a string: a reload with ``not a url`` would leave every workload holding."""
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http(s) URL with a host")
+        return value
+
 
 class Workload(StrictModel):
     target: TargetRef = Field(description="the Deployment or StatefulSet to scale")
     min_replicas: int = Field(
-        default=1, alias="minReplicas", ge=0, description="the floor; 0 needs an activation block"
+        default=1, alias="minReplicas", ge=0, le=MAX_REPLICAS, description="the floor; 0 needs an activation block"
     )
-    max_replicas: int = Field(alias="maxReplicas", ge=1, description="the ceiling")
+    max_replicas: int = Field(alias="maxReplicas", ge=1, le=MAX_REPLICAS, description="the ceiling")
     cold_start_seconds: ColdStart = Field(
         default=DEFAULT_COLD_START_SECONDS,
         alias="coldStartSeconds",
@@ -444,13 +459,27 @@ def parse_policy_text(text: str, source: str = "<policy>", line_offset: int = 0)
         raise PolicyFileError(source, with_lines(exc.problems, text, line_offset)) from None
 
 
-def load_policy_file(path: str | Path) -> PolicyFile:
+def read_policy_text(path: str | Path) -> str:
+    """A policy file's text: refused before parsing if it is over ``MAX_POLICY_BYTES`` (a 10 MB file stalled a
+    tick for seconds) or not UTF-8, each named as what it is."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyFileError(str(path), [f"(file): cannot read: {exc}"]) from None
-    return parse_policy_text(text, str(path))
+        with path.open("rb") as handle:
+            data = handle.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise PolicyFileError(str(path), [f"(file): cannot read: {exc.strerror or exc}"]) from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise PolicyFileError(str(path), ["(file): over 1 MiB, more than a ConfigMap holds; refused before parsing"])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyFileError(
+            str(path), [f"(file): not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"]
+        ) from None
+
+
+def load_policy_file(path: str | Path) -> PolicyFile:
+    return parse_policy_text(read_policy_text(path), str(path))
 
 
 def json_schema() -> dict[str, Any]:

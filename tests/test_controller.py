@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from structlog.testing import capture_logs
 
 from autoscaler.actuators.base import ActuatorError, Owner, Ownership, ReadFailure, ScaleState, WriteResult, target_key
 from autoscaler.actuators.dryrun import DryRunActuator
 from autoscaler.controller import Controller
 from autoscaler.metrics.source import QueryResult, RangeSeries, VectorResult
-from policies.policy_file import TargetRef, parse_policy_document
+from policies.policy_file import TargetRef, load_policy_file, parse_policy_document
 from tests.helpers import workload_doc
 
 
@@ -412,3 +414,42 @@ def test_only_the_leader_writes_events(source: FakeSource, leading: bool, events
     actuator = FakeActuator({"a": state(2)}, {"a": Ownership((Owner("HorizontalPodAutoscaler h", 2, 4),))})
     controller(actuator, source, elector=Elector(leading)).tick()
     assert actuator.events == events and actuator.writes == []
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"# padding\n" * 120_000, "(file): over 1 MiB, more than a ConfigMap holds; refused before parsing"),
+        (b"interval: 15\n# caf\xe9\n", "(file): not UTF-8 text: byte 0xe9 at offset 18"),
+        (None, "prometheus.url: 'not a url' is not an http(s) URL with a host"),
+        (None, "workloads[0].maxReplicas: Input should be less than or equal to 2147483647"),
+    ],
+)
+def test_a_reload_that_cannot_be_used_keeps_the_last_good_policy(
+    source: FakeSource, tmp_path: Path, content: bytes | None, problem: str
+) -> None:
+    """Too big, not UTF-8, a URL that is not one, a count past 32 bits: each refused with what it is, once, and
+    the last good policy goes on deciding."""
+    good = workload_doc(
+        target={"namespace": "llm", "name": "a"},
+        metrics=[{"name": "waiting", "query": "waiting:a", "target": {"type": "AverageValue", "value": 2}}],
+    )
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(good))
+    actuator = FakeActuator({"a": state(2)})
+    daemon = Controller(path, load_policy_file(path), source, actuator, clock=Clock(), decision_clock=Clock())
+    if content is None:
+        broken = (
+            {**good, "prometheus": {"url": "not a url"}}
+            if "url" in problem
+            else workload_doc(target={"namespace": "llm", "name": "a"}, maxReplicas=10**40)
+        )
+        content = yaml.safe_dump(broken).encode()
+    path.write_bytes(content)
+    with capture_logs() as logs:
+        lines = [daemon.tick()[0] for _ in range(2)]
+    rejected = [e for e in logs if e["event"] == "policy-rejected"]
+    assert len(rejected) == 1 and any(problem in p for p in rejected[0]["problems"])
+    assert rejected[0]["keeping"] == "last good policy"
+    assert lines[0]["desired"] == 6 and actuator.writes == [("a", 6)]  # the good policy decided
+    assert actuator.events.count(("a", "InvalidPolicy")) == 1

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli import main
-from policies.policy_file import PolicyFileError, json_schema, parse_policy_document, parse_policy_text
+from policies.policy_file import (
+    MAX_REPLICAS,
+    PolicyFileError,
+    json_schema,
+    load_policy_file,
+    parse_policy_document,
+    parse_policy_text,
+)
 from policies.spec import parse_duration
 from tests.helpers import workload_doc
 
@@ -327,3 +334,47 @@ def test_validate_says_what_an_slo_alone_needs(tmp_path: Path, capsys: pytest.Ca
     path.write_text(yaml.safe_dump(_slo_form(capacity=CAPACITY)))
     assert main(["validate", "--config", str(path)]) == 0
     assert "built from capacity: 1500 prompt tokens/s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("url", "accepted"),
+    [
+        ("http://prometheus.monitoring:9090", True),
+        ("https://thanos.example.com/prom", True),
+        ("not a url", False),
+        ("prometheus:9090", False),
+        ("ftp://prometheus", False),
+        ("http://", False),
+    ],
+)
+def test_the_prometheus_url_is_parsed(url: str, accepted: bool) -> None:
+    document = {**workload_doc(), "prometheus": {"url": url}}
+    if accepted:
+        assert parse_policy_document(document).prometheus.url == url
+    else:
+        assert any(
+            p.startswith("prometheus.url: ") and "not an http(s) URL with a host" in p for p in _problems(document)
+        )
+
+
+@pytest.mark.parametrize("field", ["minReplicas", "maxReplicas"])
+def test_replica_bounds_fit_a_32_bit_count(field: str) -> None:
+    assert parse_policy_document(workload_doc(minReplicas=1, maxReplicas=MAX_REPLICAS)).workloads[0].max_replicas
+    bounds = {"minReplicas": 1, "maxReplicas": 8, field: 10**40}
+    assert any(p.startswith(f"workloads[0].{field}: ") for p in _problems(workload_doc(**bounds)))
+
+
+def test_a_file_over_a_configmaps_size_is_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("# padding\n" * 120_000)  # 1.2 MB of comments, valid YAML if it were parsed
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy_file(path)
+    assert caught.value.problems == ["(file): over 1 MiB, more than a ConfigMap holds; refused before parsing"]
+
+
+def test_an_encoding_error_is_named_as_one(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(b"interval: 15\n# caf\xe9\n")
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy_file(path)
+    assert caught.value.problems == ["(file): not UTF-8 text: byte 0xe9 at offset 18"]
