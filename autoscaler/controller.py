@@ -404,6 +404,8 @@ class Controller:
             line["policy"] = decision.details["policy"]
         self.telemetry.desired.labels(key).set(desired)
         self.telemetry.recommended.labels(key).set(decision.recommended)
+        self.telemetry.min_replicas.labels(key).set(workload.min_replicas)
+        self.telemetry.max_replicas.labels(key).set(workload.max_replicas)
         self.telemetry.decisions.labels(key, decision.reason).inc()
         if self.actuator.dry_run:
             return self._shadow(runtime, state, decision, desired, line)

@@ -17,6 +17,8 @@ class Telemetry:
             "vllm_autoscaler_current_replicas", "spec.replicas read at the last tick", labels, registry=r
         )
         self.ready = Gauge("vllm_autoscaler_ready_replicas", "readyReplicas read at the last tick", labels, registry=r)
+        self.min_replicas = Gauge("vllm_autoscaler_min_replicas", "The workload's minReplicas", labels, registry=r)
+        self.max_replicas = Gauge("vllm_autoscaler_max_replicas", "The workload's maxReplicas", labels, registry=r)
         self.recommended = Gauge(
             "vllm_autoscaler_recommended_replicas",
             "The policy's raw recommendation before behavior",

@@ -23,6 +23,7 @@ K8S_VERSION = "1.35.0"
 CRDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("keda.sh/v1alpha1", "ScaledObject"),
 }
 
@@ -52,7 +53,10 @@ KUSTOMIZATIONS = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml") if 
 MANIFESTS = sorted(
     p
     for p in DEPLOY.rglob("*.yaml")
-    if p.name not in ("kustomization.yaml", "policy.yaml") and "patch" not in p.name and "policies" not in p.parts
+    if p.name not in ("kustomization.yaml", "policy.yaml")
+    and "patch" not in p.name
+    and "policies" not in p.parts
+    and "prometheus" not in p.parts  # Prometheus' own rules file, checked by promtool below
 )
 
 
@@ -254,3 +258,38 @@ def test_the_grafana_dashboard_reads_the_daemons_metrics() -> None:
         "vllm_autoscaler_owner_desired_replicas",
     ):
         assert metric in queries
+
+
+RULES = DEPLOY / "prometheus" / "rules.yaml"
+
+
+def _promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is missing: CI installs Debian's prometheus, which ships it")
+        pytest.skip("promtool is not installed (apt-get install prometheus)")
+    return found
+
+
+def test_the_alert_rules_pass_promtools_own_tests() -> None:
+    """Each alert fires on the series that call for it, after its `for`, and not on healthy ones
+    (tests/fixtures/alerts-test.yaml)."""
+    promtool = _promtool()
+    fixtures = ROOT / "tests" / "fixtures"
+    for command in (["check", "rules", str(RULES)], ["test", "rules", "alerts-test.yaml"]):
+        done = subprocess.run([promtool, *command], capture_output=True, text=True, cwd=fixtures, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_prometheusrule_holds_the_same_alerts_as_the_rules_file() -> None:
+    rule = yaml.safe_load((DEPLOY / "components" / "prometheus-operator" / "prometheusrule.yaml").read_text())
+    assert rule["kind"] == "PrometheusRule" and rule["spec"] == yaml.safe_load(RULES.read_text())
+    alerts = {r["alert"] for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert alerts == {
+        "VllmAutoscalerNotTicking",
+        "VllmAutoscalerMaxedOut",
+        "VllmAutoscalerReplicasMismatch",
+        "VllmAutoscalerMetricsFailing",
+        "VllmAutoscalerOwnerConflict",
+    }
