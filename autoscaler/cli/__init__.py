@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -125,16 +125,18 @@ def _window(text: str) -> tuple[int, int | None]:
     return first, last
 
 
-def _seed(text: str) -> int:
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 0 or more")
-    return int(text)
+def _whole_number(least: int) -> Callable[[str], int]:
+    """An option's count: a whole number of at least ``least`` (``--seed`` 0, ``--jobs`` 1)."""
+
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, {least} or more")
+        return int(text)
+
+    return parse
 
 
-def _jobs(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 1 or more")
-    return int(text)
+_seed, _jobs = _whole_number(0), _whole_number(1)
 
 
 def _no_plotting(plot: str | None) -> str | None:
