@@ -93,6 +93,16 @@ FEW_PROMPTS = 16
 about 5 us a prompt, against some 60 us of array operations whatever their size."""
 
 
+def _bucketed(counts: np.ndarray, pending: list[np.ndarray], edges: tuple[float, ...]) -> np.ndarray:
+    """``counts`` (per bucket of ``edges``, then ``+Inf``) with the ``pending`` values counted in, and emptied:
+    a histogram whose observations are bucketed when it is read, not as each step makes them."""
+    if pending:
+        values = np.concatenate(pending)
+        counts += np.bincount(np.searchsorted(edges, values), minlength=len(counts))
+        pending.clear()
+    return counts
+
+
 @dataclass
 class Replica:
     index: int
@@ -188,7 +198,7 @@ class Fleet:
         # ``vllm:request_prompt_tokens``, counted as each request finishes, as vLLM counts it; and its scrapes of the
         # last hour.
         self._prompt_counts = np.zeros(len(PROMPT_TOKEN_BUCKETS) + 1)
-        self._finished_reqs: list[np.ndarray] = []
+        self._finished_prompts: list[np.ndarray] = []  # the prompt lengths of requests finished, not counted in yet
         self.prompt_scrapes: deque[tuple[float, np.ndarray]] = deque()
         self.replica_seconds = 0.0
         self.left = 0  # requests finished or dropped: the gateway holds ``next_arrival - left`` open
@@ -206,20 +216,12 @@ class Fleet:
     @property
     def ttft_counts(self) -> np.ndarray:
         """First tokens so far by ``TTFT_BUCKETS`` bucket (then ``+Inf``), not cumulative."""
-        if self._ttfts:
-            ttft = np.concatenate(self._ttfts)
-            self._ttft_counts += np.bincount(np.searchsorted(TTFT_BUCKETS, ttft), minlength=len(self._ttft_counts))
-            self._ttfts.clear()
-        return self._ttft_counts
+        return _bucketed(self._ttft_counts, self._ttfts, TTFT_BUCKETS)
 
     @property
     def prompt_counts(self) -> np.ndarray:
         """Finished requests so far by ``PROMPT_TOKEN_BUCKETS`` bucket of their prompt (then ``+Inf``)."""
-        if self._finished_reqs:
-            lengths = np.searchsorted(PROMPT_TOKEN_BUCKETS, self.prompt[np.concatenate(self._finished_reqs)])
-            self._prompt_counts += np.bincount(lengths, minlength=len(self._prompt_counts))
-            self._finished_reqs.clear()
-        return self._prompt_counts
+        return _bucketed(self._prompt_counts, self._finished_prompts, PROMPT_TOKEN_BUCKETS)
 
     # -- the cluster side -------------------------------------------------------------------------
 
@@ -648,7 +650,7 @@ class Fleet:
         their prompts in ``vllm:request_prompt_tokens`` then."""
         done = self.r_req[finished]
         self.finished[done] = end
-        self._finished_reqs.append(done)
+        self._finished_prompts.append(self.prompt[done])
         self.left += len(done)
         for rep in self.r_rep[finished].tolist():
             self.replicas[rep].running -= 1
