@@ -13,7 +13,6 @@ latencies and successes when a request finishes, as vLLM counts them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -167,7 +166,7 @@ def render(fleet: Fleet, now: float, model_name: str, epoch: float = 0.0) -> dic
     a replica that is starting serves nothing yet, and one that is gone, nothing any more."""
     pages = {}
     for replica in fleet.live:
-        if replica.ready_at > now or math.isinf(replica.ready_at):
+        if replica.ready_at > now:
             continue
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families(replica_families(fleet, replica, model_name, epoch)))

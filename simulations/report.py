@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from simulations.clairvoyant import FOLLOWERS  # tuned in hindsight on the trace itself: yardsticks, not deployable
 from simulations.compare import Comparison
 from simulations.runner import floor_to
 from simulations.traces import Trace
 
 BASELINES = ("keda-avg", "keda-sum", "static-best", "reactive", "clairvoyant", "oracle")
-FOLLOWERS = ("reactive", "clairvoyant")  # tuned in hindsight on the trace itself: yardsticks, not deployable
 PLOT_CEILING_S = 3600.0  # the longest a run waits for its last requests (``runner.run``'s tail)
 # The windows ``load`` gives the busiest prompt tokens of, and their names in the table: a second (the
 # SLO's scale), a scrape window, a cold start, an hour (the scale of a diurnal swing).
