@@ -414,8 +414,8 @@ class Controller:
         if not self.leading():
             line["write"] = "not-leader"
             return self._log(line)
-        if (refusal := self._ownership(runtime, state, line, fresh=True)) is not None:
-            self.telemetry.decisions.labels(key, refusal).inc()
+        if self._ownership(runtime, state, line, fresh=True) is not None:  # the tick's decision is counted already
+            self.telemetry.scale_writes.labels(key, "refused").inc()
             line["write"] = "refused"
             return self._log(line, "warning")
         if self.install is not None and state.annotations.get(CLAIMED_BY) != self.install:

@@ -288,6 +288,13 @@ def test_an_owner_created_between_two_ticks_is_seen_before_the_next_write(
     assert (line["reason"], line["write"], line["applied"]) == ("foreign-autoscaler", "refused", False)
     assert cluster.scale_writes() == []
     assert cluster.replicas(NAME) == 4
+    key = {"workload": f"{cluster.namespace}/{NAME}"}
+    assert (
+        controller.telemetry.registry.get_sample_value(
+            "vllm_autoscaler_scale_writes_total", {**key, "outcome": "refused"}
+        )
+        == 1
+    )  # a write refused, the tick's decision counted once
     assert [e.reason for e in events(cluster) if e.reason == "ForeignAutoscaler"] == ["ForeignAutoscaler"]
 
 
