@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import resource
@@ -73,8 +74,6 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--date", default=datetime.date.today().isoformat())
     args = parser.parse_args()
-    import json
-
     walls, peaks = [], []
     reports: list[dict[str, object]] = []
     for i in range(args.runs):
