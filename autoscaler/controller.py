@@ -10,7 +10,7 @@ import hashlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from autoscaler.actuators.base import (
     ScaleState,
     target_key,
 )
+from autoscaler.conditions import Condition, judge, merge
 from autoscaler.leader import LeaderElector
 from autoscaler.logs import get_logger
 from autoscaler.metrics.source import MetricSource
@@ -44,6 +45,7 @@ from policies.policy_file import (
     parse_policy_text,
     read_policy_text,
 )
+from policies.spec import MetricSpec, TargetType
 
 log = get_logger("autoscaler.controller")
 
@@ -63,6 +65,7 @@ class WorkloadRuntime:
     last_scale: tuple[float, int, int, str] | None = None  # wall time, from, to, reason
     warmed: bool = False  # its policy has been passed Prometheus's history (autoscaler.warm_up)
     history: HistoryRead | None = None  # that history, while it is read over several ticks
+    conditions: list[Condition] = field(default_factory=list)  # AbleToScale, ScalingActive, ScalingLimited
 
 
 class Controller:
@@ -106,6 +109,7 @@ class Controller:
         self.last_tick_at: float | None = None
         self.started_at = decision_clock()
         self.prometheus_ok = False
+        self.records: dict[str, WorkloadRecord] = {}  # as of the last tick: the state written, and ``/status``
 
     # -- the policy file -----------------------------------------------------------------------------
 
@@ -223,8 +227,9 @@ class Controller:
                     {"workload": key, "reason": "workload-failed", "detail": repr(exc)[:300], "applied": False}
                 )
         self.prometheus_ok = any(not m.all_failed for m in observed.values()) or not observed
+        self.records = self._records(lines, wall, now)
         if self._writes_state():
-            self._persist(lines, wall, now)
+            self._persist(self.records)
         self.last_tick_at = now
         self.telemetry.tick_duration.observe(time.monotonic() - started)
         self.telemetry.leader.set(1 if self.leading() else 0)
@@ -552,10 +557,12 @@ class Controller:
                 runtime.last_scale = (last.at, last.from_replicas, last.to, last.reason)
             restore_behavior(runtime.decider.behavior_state, record.behavior, to_now)
             runtime.decider.zero.asleep = record.scaled_to_zero
+            runtime.conditions = list(record.conditions)
         log.info("state-restored", workloads=sorted(set(records) & set(self.runtime)))
 
-    def _persist(self, lines: list[dict[str, Any]], wall: float, now: float) -> None:
-        assert self.store is not None
+    def _records(self, lines: list[dict[str, Any]], wall: float, now: float) -> dict[str, WorkloadRecord]:
+        """Each workload's record after this tick (``autoscaler.state``), its conditions judged from the tick's line
+        (``autoscaler.conditions``); times on the wall clock."""
         to_wall = wall - now
         records = {}
         for line in lines:
@@ -563,8 +570,12 @@ class Controller:
             if runtime is None:
                 continue
             workload = runtime.workload
+            runtime.conditions = merge(
+                runtime.conditions, judge(line, workload.min_replicas, workload.max_replicas), wall
+            )
             pending = runtime.pending_scale_up
             last = runtime.last_scale
+            current = line.get("current")
             records[record_key(workload.key, workload.target.kind)] = WorkloadRecord(
                 workload=workload.key,
                 target=f"{workload.target.kind}/{workload.target.name}",
@@ -572,18 +583,13 @@ class Controller:
                 updated_at=wall,
                 min_replicas=workload.min_replicas,
                 max_replicas=workload.max_replicas,
-                current=line.get("current"),
+                current=current,
                 ready=line.get("ready"),
                 desired=line.get("desired"),
+                recommended=line.get("recommended"),
+                stabilized=line.get("stabilized"),
                 reason=line.get("reason"),
-                metrics={
-                    m.name: {
-                        "value": line.get("metrics", {}).get(m.name),
-                        "target": m.target.value,
-                        "type": str(m.target.type),
-                    }
-                    for m in workload.metrics
-                },
+                metrics={m.name: _metric(m, line.get("metrics", {}).get(m.name), current) for m in workload.metrics},
                 last_scale=None
                 if last is None
                 else LastScale(at=last[0], to=last[2], reason=last[3], **{"from": last[1]}),
@@ -591,10 +597,19 @@ class Controller:
                 cold_start_seconds=runtime.decider.ctx.cold_start_seconds,
                 pending_scale_up=None if pending is None else (pending[0] + to_wall, pending[1]),
                 owners=line.get("owners", []),
+                owner_current=line.get("owner_current"),
                 owner_desired=line.get("owner_desired"),
+                dry_run=bool(line.get("dry_run")),
+                heading=line.get("heading"),
+                agrees=line.get("agrees"),
+                conditions=runtime.conditions,
                 behavior=dump_behavior(runtime.decider.behavior_state, to_wall),
                 scaled_to_zero=runtime.decider.zero.asleep,
             )
+        return records
+
+    def _persist(self, records: dict[str, WorkloadRecord]) -> None:
+        assert self.store is not None
         try:
             self.store.save(records)
         except Exception as exc:  # best effort: a failed write is retried at the next tick
@@ -626,6 +641,15 @@ class Controller:
         if not self.prometheus_ok:
             return False, "Prometheus gave no usable value at the last tick"
         return True, f"policy loaded ({len(self.runtime)} workloads), Prometheus reachable"
+
+
+def _metric(spec: MetricSpec, value: float | None, current: int | None) -> dict[str, float | str | None]:
+    """A metric as ``status`` shows it: the value, the target and its type, and for an ``AverageValue`` target the
+    fleet total per current replica (``average``), as ``kubectl get hpa`` prints ``503/500 (avg)``."""
+    shown: dict[str, float | str | None] = {"value": value, "target": spec.target.value, "type": str(spec.target.type)}
+    if spec.target.type == TargetType.AVERAGE_VALUE and value is not None and current:
+        shown["average"] = value / current
+    return shown
 
 
 def dump_behavior(state: BehaviorState, to_wall: float) -> dict[str, list[list[float]]]:

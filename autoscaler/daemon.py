@@ -24,6 +24,7 @@ from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.server import HealthServer
 from autoscaler.settings import Settings, own_namespace
 from autoscaler.state import ConfigMapStateStore
+from autoscaler.status import as_json
 from autoscaler.telemetry import Telemetry
 from policies.policy_file import PolicyFile
 
@@ -123,7 +124,12 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
     signal.signal(signal.SIGINT, on_signal)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` dumps every thread's stack
     server = HealthServer(
-        settings.bind_address, settings.metrics_port, telemetry.registry, controller.healthy, controller.ready
+        settings.bind_address,
+        settings.metrics_port,
+        telemetry.registry,
+        controller.healthy,
+        controller.ready,
+        lambda: as_json(controller.records),
     )
     server.start()
     scheduler = BackgroundScheduler(timezone=UTC)

@@ -1,4 +1,7 @@
-"""``/metrics``, ``/healthz`` and ``/readyz`` on one small HTTP server thread."""
+"""``/metrics``, ``/healthz``, ``/readyz`` and ``/status`` on one small HTTP server thread.
+
+``/status`` is what ``vllm-autoscaler status --url`` reads: the records of the last tick, as ``status -o json``
+prints them, from any daemon (a dry-run or a standby one too, which write no state into the cluster)."""
 
 from __future__ import annotations
 
@@ -18,12 +21,15 @@ class HealthServer:
         registry: CollectorRegistry,
         healthy: Callable[[], tuple[bool, str]],
         ready: Callable[[], tuple[bool, str]],
+        status: Callable[[], str] | None = None,
     ) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                elif path == "/status" and status is not None:
+                    self._send(200, status().encode(), "application/json")
                 elif path in ("/healthz", "/readyz"):
                     ok, why = (healthy if path == "/healthz" else ready)()
                     self._send(200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")

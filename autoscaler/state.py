@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from autoscaler.conditions import Condition
 from autoscaler.logs import get_logger
 
 log = get_logger("autoscaler.state")
@@ -49,6 +50,8 @@ class WorkloadRecord(BaseModel):
     current: int | None = None
     ready: int | None = None
     desired: int | None = None
+    recommended: int | None = None  # the policy's proposal, before the behavior
+    stabilized: int | None = None  # after the stabilization windows, before the rate limits
     reason: str | None = None
     metrics: dict[str, dict[str, float | str | None]] = Field(default_factory=dict)
     last_scale: LastScale | None = None
@@ -56,7 +59,12 @@ class WorkloadRecord(BaseModel):
     cold_start_seconds: float | None = None
     pending_scale_up: tuple[float, int] | None = None  # (wall time written, count)
     owners: list[str] = Field(default_factory=list)
+    owner_current: int | None = None
     owner_desired: int | None = None
+    dry_run: bool = False  # decided beside the owner and wrote nothing: ``heading`` and ``agrees`` compare
+    heading: int | None = None
+    agrees: bool | None = None
+    conditions: list[Condition] = Field(default_factory=list)
     behavior: dict[str, list[list[float]]] = Field(default_factory=dict)  # wall-clock times
     scaled_to_zero: bool = False  # the target's zero is this controller's own: the only zero it wakes
 

@@ -188,6 +188,48 @@ def test_dry_run_says_every_tick_what_it_would_set_beside_the_owner(
     assert daemon.telemetry.registry.get_sample_value("vllm_autoscaler_heading_replicas", {"workload": "llm/a"}) == 8
 
 
+def test_each_tick_leaves_a_record_in_the_hpas_terms(source: FakeSource) -> None:
+    """What ``status`` and the state ConfigMap show: the per-replica average of an ``AverageValue`` metric, the
+    policy's proposal and the three conditions; a condition keeps its transition time while its status holds."""
+    actuator = FakeActuator({"a": state(2)})
+    source.values["a"] = 1000.0  # the policy asks for 500 replicas: 8 at most, 6 this tick (the rate limit)
+    clock = Clock()
+    daemon = controller(actuator, source, clock=clock)
+    daemon.tick()
+    record = daemon.records["deployment_llm_a.json"]
+    assert record.metrics["waiting"] == {"value": 1000.0, "target": 2.0, "type": "AverageValue", "average": 500.0}
+    assert (record.recommended, record.desired) == (500, 6)
+    reasons = {c.type: (c.status, c.reason) for c in record.conditions}
+    assert reasons == {
+        "AbleToScale": ("True", "SucceededRescale"),
+        "ScalingActive": ("True", "ValidMetricFound"),
+        "ScalingLimited": ("True", "TooManyReplicas"),
+    }
+    clock.now += 15
+    source.values["a"] = 14.0  # 7 replicas' worth at 8: nothing held back, the scale-down window holds 8
+    daemon.tick()
+    after = {c.type: c for c in daemon.records["deployment_llm_a.json"].conditions}
+    assert after["ScalingActive"].last_transition_time == 1000.0  # still True
+    assert (after["ScalingLimited"].status, after["ScalingLimited"].last_transition_time) == ("False", 1015.0)
+
+
+def test_a_dry_run_record_compares_with_the_owner(source: FakeSource) -> None:
+    fake = FakeActuator({"a": state(2)}, {"a": Ownership((Owner("HorizontalPodAutoscaler h", 2, 4),))})
+    source.values["a"] = 1000.0
+    daemon = controller(DryRunActuator(fake), source)
+    daemon.tick()
+    record = daemon.records["deployment_llm_a.json"]
+    assert (record.dry_run, record.desired, record.heading, record.owner_current, record.owner_desired) == (
+        True,
+        6,
+        8,
+        2,
+        4,
+    )
+    assert record.agrees is False
+    assert {c.type: c.reason for c in record.conditions}["AbleToScale"] == "DryRun"
+
+
 def test_a_replica_that_does_not_lead_never_writes(source: FakeSource) -> None:
     actuator = FakeActuator({"a": state(2)})
     line = controller(actuator, source, elector=Elector(False)).tick()[0]

@@ -739,6 +739,11 @@ def test_state_survives_a_restart_and_status_shows_it(
     )
     shown = json.loads(capsys.readouterr().out)["workloads"][0]
     assert (shown["workload"], shown["current"], shown["last_scale"]["from"]) == (f"{cluster.namespace}/{NAME}", 6, 2)
+    # the HPA's conditions, in the ConfigMap as kubectl shows it
+    raw = cluster.kube.kubectl("get", "configmap", "vllm-autoscaler-state", "-n", cluster.namespace, "-o", "json")
+    stored = json.loads(next(iter(json.loads(raw)["data"].values())))
+    assert {c["type"] for c in stored["conditions"]} == {"AbleToScale", "ScalingActive", "ScalingLimited"}
+    assert all(c["lastTransitionTime"] > 0 for c in stored["conditions"])
 
 
 def test_status_without_state_says_why(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:

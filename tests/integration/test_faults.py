@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import requests
 
+from autoscaler.cli import main
 from autoscaler.controller import Controller
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.testing.fault_proxy import DROP, FaultProxy
@@ -325,13 +326,25 @@ def test_the_leader_killed_while_another_waits(
 
 
 def test_dry_run_writes_nothing_whatever_happens(
-    target: Cluster, exporter: VllmExporter, prometheus: PrometheusServer
+    target: Cluster, exporter: VllmExporter, prometheus: PrometheusServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     exporter.set_pods(target.namespace, NAME, waiting=[10, 10])
     path = target.workdir / "policy.json"
     path.write_text(policy(prometheus.url, target.namespace))
     daemon = Daemon(target, path, "daemon", "--dry-run")
     wait_for(lambda: b"would-scale" in daemon.log.read_bytes(), 30, "a would-scale line")
+    # `status` reads a dry-run daemon from its own port, since it writes no state into the cluster
+    served = f"http://127.0.0.1:{daemon.port}/status"
+    wait_for(
+        lambda: requests.get(served, timeout=2).json()["workloads"][0]["metrics"]["num_requests_waiting"].get("value"),
+        30,
+        "the metric in /status",
+    )
+    capsys.readouterr()
+    assert main(["status", "--url", f"http://127.0.0.1:{daemon.port}", "-o", "wide"]) == 0
+    header, shown = capsys.readouterr().out.splitlines()[:2]
+    assert "HEADING" in header and "OWNER DESIRED" in header and "CONDITIONS" in header
+    assert "AbleToScale=False DryRun" in shown and "num_requests_waiting 10/2 (avg)" in shown
     target.kube.set_replicas(target.namespace, NAME, 12)
     path.write_text("garbage: [")
     wait_for(lambda: b"policy-rejected" in daemon.log.read_bytes(), 20, "the rejected policy")
