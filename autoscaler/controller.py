@@ -301,6 +301,7 @@ class Controller:
             now, state.replicas, metrics.values, state.ready, metrics.activation, metrics.activity
         )
         decision = runtime.decider.decide(observation)
+        self._count_slo(runtime, decision)
         self._metrics_events(runtime, decision, metrics, state)
         return self._act(runtime, state, decision, line)
 
@@ -479,6 +480,18 @@ class Controller:
             agrees=desired == (owner_desired if owner_desired is not None else state.replicas),
         )
         return self._log(line, event="would-scale")
+
+    def _count_slo(self, runtime: WorkloadRuntime, decision: Decision) -> None:
+        """The first tokens and estimated misses a policy counted into its error budget this tick, as counters: the
+        ``VllmAutoscalerErrorBudgetBurn`` alert's burn rate (deploy/prometheus/rules.yaml)."""
+        counted = decision.details.get("policy", {})
+        slo = runtime.workload.slo
+        if slo is None or "slo_first_tokens" not in counted:
+            return
+        key = runtime.workload.key
+        self.telemetry.slo_target.labels(key).set(slo.target)
+        self.telemetry.slo_first_tokens.labels(key).inc(max(counted["slo_first_tokens"], 0.0))
+        self.telemetry.slo_misses.labels(key).inc(max(counted["slo_misses"], 0.0))
 
     def _metrics_events(
         self, runtime: WorkloadRuntime, decision: Decision, metrics: WorkloadMetrics, state: ScaleState

@@ -89,6 +89,21 @@ class Telemetry:
             registry=r,
             buckets=(15, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800),
         )
+        self.slo_first_tokens = Counter(
+            "vllm_autoscaler_slo_first_tokens_total",
+            "First tokens the slo's error budget counted (a workload whose policy counts one)",
+            labels,
+            registry=r,
+        )
+        self.slo_misses = Counter(
+            "vllm_autoscaler_slo_misses_total",
+            "First tokens estimated beyond the slo's ttftSeconds of their own prefill (policies.error_budget)",
+            labels,
+            registry=r,
+        )
+        self.slo_target = Gauge(
+            "vllm_autoscaler_slo_target", "The share of requests the slo asks to meet it", labels, registry=r
+        )
         self.policy_reloads = Counter(
             "vllm_autoscaler_policy_reloads_total", "Policy file reloads by result", ["result"], registry=r
         )

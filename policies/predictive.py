@@ -491,8 +491,10 @@ class PredictivePolicy:
             if last is None
             else min(observation.now - last, self.coarse_intervals * self.ctx.interval)
         )
-        ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
-        details["budget_used"] = round(ledger.used(slo.target), 4)
+        misses = ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
+        details.update(
+            budget_used=round(ledger.used(slo.target), 4), slo_first_tokens=firsts * elapsed, slo_misses=misses
+        )
 
     @property
     def horizon(self) -> float:

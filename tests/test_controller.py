@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from autoscaler.actuators.base import ActuatorError, Owner, Ownership, ReadFailure, ScaleState, WriteResult, target_key
 from autoscaler.actuators.dryrun import DryRunActuator
 from autoscaler.controller import Controller
-from autoscaler.metrics.source import QueryResult, RangeSeries, VectorResult
+from autoscaler.metrics.source import QueryResult, RangeSeries, Sample, VectorResult
 from policies.policy_file import TargetRef, load_policy_file, parse_policy_document
 from tests.helpers import workload_doc
 
@@ -228,6 +228,64 @@ def test_a_dry_run_record_compares_with_the_owner(source: FakeSource) -> None:
     )
     assert record.agrees is False
     assert {c.type: c.reason for c in record.conditions}["AbleToScale"] == "DryRun"
+
+
+class BudgetSource(FakeSource):
+    """vLLM's prompt tokens and TTFT histogram for a budget to count: 4 first tokens a second, each 0.5 s of own
+    prefill, then ``beyond`` seconds more."""
+
+    def __init__(self, beyond: float) -> None:
+        super().__init__()
+        self.beyond = beyond
+
+    def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
+        def value(q: str) -> float | None:
+            if "time_to_first_token_seconds_sum" in q:
+                return 4.0 * (0.5 + self.beyond)
+            if "time_to_first_token_seconds_count" in q:
+                return 4.0
+            return 2000.0 if "prompt_tokens_total" in q else None
+
+        return {q: QueryResult(value(q)) for q in queries}
+
+    def query_vector(self, query: str, now: float) -> VectorResult:
+        """One pod's series, as a batched query (``metrics.queries.batched_query``) gives it."""
+        pod = {"namespace": "llm", "pod": "a-5d9c7f-x2x9q"}
+        if "timestamp(" in query:
+            return VectorResult([Sample(pod, now)])
+        found = next(iter(self.query([query], now).values())).value
+        return VectorResult([] if found is None else [Sample(pod, found)])
+
+
+def test_a_budget_the_policy_counts_is_exported_for_the_burn_alert() -> None:
+    """The first tokens and estimated misses a policy counted into its budget, as the counters the
+    ``VllmAutoscalerErrorBudgetBurn`` rule divides (tests/fixtures/alerts-test.yaml)."""
+    budget = {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}
+    policy = {"type": "predictive", "learnedHeadroom": {"budget": budget}}
+    metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 100}}]
+    document = parse_policy_document(
+        workload_doc(
+            target={"namespace": "llm", "name": "a"},
+            maxReplicas=100,
+            policy=policy,
+            slo={"ttftSeconds": 2, "target": 0.99},
+            metrics=metrics,
+        )
+    )
+    clock = Clock()
+    daemon = Controller(
+        None, document, BudgetSource(2.6), FakeActuator({"a": state(20)}), clock=clock, decision_clock=clock
+    )
+    for runtime in daemon.runtime.values():
+        runtime.warmed = True
+    for _ in range(4):
+        daemon.tick()
+        clock.now += 15
+    sample = daemon.telemetry.registry.get_sample_value
+    firsts = sample("vllm_autoscaler_slo_first_tokens_total", {"workload": "llm/a"})
+    misses = sample("vllm_autoscaler_slo_misses_total", {"workload": "llm/a"})
+    assert firsts == pytest.approx(4 * 4.0 * 15) and 0.45 < misses / firsts < 0.6  # at 1.3 times the slo, half miss
+    assert sample("vllm_autoscaler_slo_target", {"workload": "llm/a"}) == 0.99
 
 
 def test_a_replica_that_does_not_lead_never_writes(source: FakeSource) -> None:

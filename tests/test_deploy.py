@@ -292,4 +292,5 @@ def test_the_prometheusrule_holds_the_same_alerts_as_the_rules_file() -> None:
         "VllmAutoscalerReplicasMismatch",
         "VllmAutoscalerMetricsFailing",
         "VllmAutoscalerOwnerConflict",
+        "VllmAutoscalerErrorBudgetBurn",
     }
