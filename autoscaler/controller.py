@@ -496,25 +496,36 @@ class Controller:
     def _metrics_events(
         self, runtime: WorkloadRuntime, decision: Decision, metrics: WorkloadMetrics, state: ScaleState
     ) -> None:
-        """``FailedGetMetrics`` (Warning) when the metrics fail, once until they come back; with no replica
-        ready (at zero, or every one still in its cold start) vLLM has nothing to export yet, which is expected:
-        ``WaitingForReadyReplicas`` (Normal)."""
+        """As the HPA's controller says it, once until the metrics come back: ``FailedGetExternalMetric`` (Warning) for
+        each metric without a usable value and ``FailedComputeMetricsReplicas`` (Warning) for the count it could not
+        compute; with no replica ready (at zero, or every one still in its cold start) vLLM has nothing to export
+        yet, which is expected: ``WaitingForReadyReplicas`` (Normal) alone."""
         failing = decision.reason in (Reason.METRICS_UNAVAILABLE, Reason.FALLBACK)
         if failing and not runtime.metrics_failing:
+            target = runtime.workload.target
             if state.ready == 0:
                 self._event(
-                    runtime.workload.target,
+                    target,
                     "Normal",
                     "WaitingForReadyReplicas",
                     f"holding at {decision.current}: no replica is ready yet to export metrics",
                 )
             else:
-                reasons = ", ".join(f"{name}: {r.failure}" for name, r in metrics.failures.items())
+                errors = [
+                    f"unable to get external metric {name}: {r.failure}: {r.detail}"
+                    for name, r in metrics.failures.items()
+                ]
+                missing = decision.details.get("policy", {}).get("missing") or []
+                errors += [f"unable to get external metric {n}: no value" for n in missing if n not in metrics.failures]
+                for error in errors:
+                    self._event(target, "Warning", "FailedGetExternalMetric", error[:1000])
+                count = len(runtime.workload.metrics)
+                first = errors[0] if errors else "no usable value"
                 self._event(
-                    runtime.workload.target,
+                    target,
                     "Warning",
-                    "FailedGetMetrics",
-                    f"holding at {decision.current}: no usable value for {reasons or 'the metrics'}",
+                    "FailedComputeMetricsReplicas",
+                    f"invalid metrics ({len(errors) or count} invalid out of {count}), first error is: {first}"[:1000],
                 )
         runtime.metrics_failing = failing
 

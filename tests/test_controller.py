@@ -492,10 +492,13 @@ def test_a_threshold_workload_reads_no_history(source: FakeSource) -> None:
 
 @pytest.mark.parametrize(
     ("ready", "kind", "reason"),
-    [(2, "Warning", "FailedGetMetrics"), (0, "Normal", "WaitingForReadyReplicas")],
+    [
+        (2, ["Warning", "Warning"], ["FailedGetExternalMetric", "FailedComputeMetricsReplicas"]),
+        (0, ["Normal"], ["WaitingForReadyReplicas"]),
+    ],
 )
 def test_metrics_that_fail_are_a_warning_unless_no_replica_is_ready(
-    source: FakeSource, ready: int, kind: str, reason: str
+    source: FakeSource, ready: int, kind: list[str], reason: list[str]
 ) -> None:
     """With replicas ready a metric without a value is a failure; with none ready (a cold start, a wake from
     zero) vLLM has nothing to export yet, and that is expected. Either is said once, until it changes."""
@@ -504,7 +507,7 @@ def test_metrics_that_fail_are_a_warning_unless_no_replica_is_ready(
     daemon = controller(actuator, source)
     for _ in range(3):
         daemon.tick()
-    assert actuator.events == [("a", reason)] and actuator.kinds == [kind]
+    assert actuator.events == [("a", r) for r in reason] and actuator.kinds == kind
 
 
 @pytest.mark.parametrize(("leading", "events"), [(True, [("a", "ForeignAutoscaler")]), (False, [])])
