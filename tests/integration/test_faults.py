@@ -321,6 +321,12 @@ def test_the_leader_killed_while_another_waits(
     for write in writes:
         holder = holder_at(changes, write.at)
         assert write.user.endswith(":" + holder), f"{write.user} wrote while {holder!r} held the Lease"
+    # Events too come from the leader alone: the standby wrote none while the first daemon led
+    events = [e for e in target.kube.audit(target.namespace) if e.resource == "events" and e.writes and e.code < 300]
+    assert any(e.user == first.user for e in events)  # the first one's SuccessfulRescale
+    for event in events:
+        holder = holder_at(changes, event.at)
+        assert event.user.endswith(":" + holder), f"{event.user} wrote an Event while {holder!r} held the Lease"
     assert second.alive() and second.stop() == 0
     check_invariants(target)
 
