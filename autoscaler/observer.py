@@ -4,7 +4,8 @@ A metric with its own ``query`` is sent as is, each distinct query once however 
 A built-in metric without one is batched: one query per metric name covers every workload, grouped by
 namespace and pod, and each workload takes its own pods from the result exactly as its default query would
 select and aggregate them (``metrics.queries.default_query``). So a tick over a thousand workloads costs a
-handful of requests.
+handful of requests. Two more date the samples: one the pods' (``stalenessSeconds`` for built-in metrics), one
+the selectors of every custom query (``metrics.freshness``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from autoscaler.logs import get_logger
+from autoscaler.metrics.freshness import LABEL, selectors
+from autoscaler.metrics.freshness import freshness_query as custom_freshness_query
 from autoscaler.metrics.queries import (
     aggregate,
     batch_key,
@@ -65,18 +68,53 @@ class Observer:
         self.freshness = freshness_query(every) if every else None
         self.staleness = float(document.prometheus.staleness_seconds)
         self.patterns = {w.key: pod_pattern(w) for w in document.workloads}
+        self._custom_ages()
         self.last_latencies: list[float] = []  # one per request of the last collect
         self.ages: dict[tuple[str, str], float] = {}  # (namespace, pod): its newest sample's age at the last collect
 
+    def _custom_ages(self) -> None:
+        """The selectors each custom query reads, for the one request a tick that dates them (``metrics.freshness``)."""
+        chosen: list[str] = []
+        self.custom_selectors: dict[str, list[int]] = {}
+        for query in self._custom_queries():
+            found = selectors(query)
+            if found is None:
+                log.warning("custom-query-age-unknown", query=query, detail="promql-parser cannot read it")
+                continue
+            for selector in found:
+                if selector not in chosen:
+                    chosen.append(selector)
+            self.custom_selectors[query] = [chosen.index(f) for f in found]
+        self.selector_names = chosen
+        self.custom_freshness = custom_freshness_query(chosen) if chosen else None
+
     def requests_per_tick(self) -> int:
-        return len(self.batches) + len(self._custom_queries()) + (self.freshness is not None)
+        fresh = (self.freshness is not None) + (self.custom_freshness is not None)
+        return len(self.batches) + len(self._custom_queries()) + fresh
+
+    def _dated(self, query: str, result: QueryResult, newest: dict[int, float], now: float) -> QueryResult:
+        """A custom query's value held as stale when a selector it reads has no sample within ``stalenessSeconds``
+        (its newest is older); a selector with no sample at all is no evidence of age."""
+        if not result.ok:
+            return result
+        ages = [(now - newest[i], i) for i in self.custom_selectors.get(query, []) if i in newest]
+        if not ages or max(ages)[0] <= self.staleness:
+            return result
+        age, index = max(ages)
+        selector = self.selector_names[index]
+        detail = f"the newest sample of {selector} is {age:.0f} s old (stalenessSeconds {self.staleness:g})"
+        return QueryResult(None, Failure.STALE, detail, latency_s=result.latency_s)
 
     def _custom_queries(self) -> list[str]:
         own = [q for per in self.custom.values() for q in per.values() if q]
         return list(dict.fromkeys([*own, *self.activations.values()]))
 
     def collect(self, now: float) -> dict[str, WorkloadMetrics]:
-        custom = self.source.query(self._custom_queries(), now)
+        custom = dict(self.source.query(self._custom_queries(), now))
+        if self.custom_freshness is not None:
+            dated = self.source.query_vector(self.custom_freshness, now)
+            newest = {int(x.labels[LABEL]): x.value for x in dated.samples if x.labels.get(LABEL, "").isdigit()}
+            custom = {q: self._dated(q, r, newest, now) for q, r in custom.items()}
         vectors = {key: self.source.query_vector(query, now) for key, query in self.batches.items()}
         by_pod = {key: self._index(vector) for key, vector in vectors.items()}
         self.last_latencies = [r.latency_s for r in custom.values()] + [v.latency_s for v in vectors.values()]

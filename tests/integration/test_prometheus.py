@@ -410,6 +410,43 @@ def test_a_frozen_exporters_old_samples_are_stale(exporter: VllmExporter, promet
     assert raw.value == 16.0  # the value alone looks current: only its timestamp tells
 
 
+def test_a_custom_query_over_frozen_samples_is_stale(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
+    """A custom ``query`` is dated as a built-in metric is: by the samples of each selector it reads. Over the
+    frozen pods (205 s old) it holds at ``stalenessSeconds`` 30, and the same query over the fresh ones is read; in
+    one request a tick for all of them."""
+    frozen = "vllm-frozen-custom"
+
+    def workload(name: str) -> dict[str, object]:
+        query = f'2 * max(vllm:num_requests_waiting{{namespace="{NS}",pod=~"{name}-.*"}})'
+        return {
+            "target": {"namespace": NS, "name": name},
+            "maxReplicas": 9,
+            "metrics": [{"name": "waiting", "query": query, "target": {"type": "AverageValue", "value": 2}}],
+        }
+
+    document = parse_policy_document(
+        {
+            "prometheus": {"url": prometheus.url, "timeout": 2, "stalenessSeconds": 30},
+            "workloads": [workload(NAME), workload(frozen)],
+        }
+    )
+    observer = Observer(document, PrometheusSource(document.prometheus))
+    assert observer.requests_per_tick() == 3  # two custom queries, and one dating both
+    exporter.set_pods(NS, NAME, waiting=[3, 4])
+    _until(observer, "waiting", 8.0, "the fresh workload's values")
+    exporter.set_pods(NS, frozen, waiting=[8, 8], stamped_at=time.time() - 205)
+
+    def stale() -> bool:
+        failure = observer.collect(time.time())[f"{NS}/{frozen}"].failures.get("waiting")
+        return failure is not None and failure.failure == Failure.STALE
+
+    wait_for(stale, 30, "the frozen samples behind the custom query held as stale")
+    observed = observer.collect(time.time())
+    failure = observed[f"{NS}/{frozen}"].failures["waiting"]
+    assert "vllm:num_requests_waiting" in failure.detail and "stalenessSeconds 30" in failure.detail
+    assert observed[f"{NS}/{NAME}"].values["waiting"] is not None  # fresh beside it
+
+
 def test_an_idle_histogram_is_no_load_batched_and_custom(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
     """Pods up and their TTFT histograms still (no request in the window): Prometheus's histogram_quantile
     is NaN, and so is the batched built-in; both are no load, not a metrics failure, and 8 replicas scale in."""
