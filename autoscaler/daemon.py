@@ -80,17 +80,20 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
             settings.retry_period_s,
             on_transition=lambda event: telemetry.leader_transitions.labels(event).inc(),
         )
+    authority = elector.authority_left if elector is not None else None  # the one fence of every write
     actuator: Actuator = KubernetesActuator(
         api,
         request_timeout=settings.api_timeout_s,
-        authority=elector.authority_left if elector is not None else None,
+        authority=authority,
         stopping=stop,
     )
     if settings.dry_run:
         actuator = DryRunActuator(actuator)
     source = PrometheusSource(settings.prometheus(document))
     store = (
-        None if settings.dry_run else ConfigMapStateStore(api, own_namespace(settings), timeout=settings.api_timeout_s)
+        None
+        if settings.dry_run
+        else ConfigMapStateStore(api, own_namespace(settings), timeout=settings.api_timeout_s, authority=authority)
     )
     controller = Controller(
         config_path,

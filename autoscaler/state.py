@@ -13,6 +13,7 @@ With plain kubectl: ``kubectl -n vllm-autoscaler get configmap vllm-autoscaler-s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from kubernetes import client
@@ -84,9 +85,19 @@ class StateStore(Protocol):
 class ConfigMapStateStore:
     """The records in one ConfigMap: read with GET, written with a create or a replace on the version read."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, name: str = STATE_CONFIGMAP, timeout: float = 10) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str = STATE_CONFIGMAP,
+        timeout: float = 10,
+        authority: Callable[[], float] | None = None,
+    ) -> None:
+        """``authority`` is the Lease's fence that scale writes and Events pass too (``LeaderElector.authority_left``):
+        the records are written only while it is positive."""
         self.core = client.CoreV1Api(api)
         self.namespace, self.name, self.timeout = namespace, name, timeout
+        self.authority = authority
         self.version: str | None = None
         self.written: dict[str, str] = {}
 
@@ -114,6 +125,9 @@ class ConfigMapStateStore:
                 for key, record in records.items()
             }
         if data == self.written:
+            return
+        if self.authority is not None and self.authority() <= 0:
+            log.info("state-fenced", detail="this process does not hold the Lease (or has not renewed it in time)")
             return
         body: Any = {"metadata": {"name": self.name, "namespace": self.namespace}, "data": data}
         try:

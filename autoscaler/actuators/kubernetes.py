@@ -339,6 +339,9 @@ class KubernetesActuator:
         type, reason and message) within ``EVENT_AGGREGATE_S`` raises ``count`` and ``lastTimestamp`` on the
         one already recorded instead of adding another; each gets a token bucket (``EVENT_BURST`` at once,
         then one per ``EVENT_REFILL_S``), and what the bucket holds back is counted into the next update."""
+        if self.authority_left() <= 0:  # the one fence every write passes: scales, claims, Events, the state
+            log.debug("event-fenced", reason=reason)
+            return
         key = (target.kind, target.namespace, target.name, kind, reason, message)
         now, stamp = self.clock(), datetime.now(UTC)
         seen = self._events.get(key)

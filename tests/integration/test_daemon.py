@@ -823,3 +823,33 @@ def test_two_installs_never_scale_one_target(cluster: Cluster, loaded: Prometheu
     assert second.tick()[0]["applied"]
     deployment = client.AppsV1Api(cluster.admin).read_namespaced_deployment(NAME, cluster.namespace)
     assert deployment.metadata.annotations[CLAIMED_BY] == f"{cluster.namespace}/b"
+
+
+def test_one_fence_for_every_write(cluster: Cluster) -> None:
+    """Events and the state ConfigMap pass the Lease's fence as scale writes do: with no authority left, neither
+    reaches the API server; with it back, both do."""
+    from autoscaler.state import STATE_CONFIGMAP, ConfigMapStateStore, WorkloadRecord
+
+    cluster.deployment(NAME, 2)
+    api = api_client(str(cluster.kubeconfig()))
+    left = {"s": 0.0}
+    target = TargetRef(namespace=cluster.namespace, name=NAME)
+    actuator = KubernetesActuator(api, authority=lambda: left["s"])
+    store = ConfigMapStateStore(api, cluster.namespace, authority=lambda: left["s"])
+    record = {
+        "k.json": WorkloadRecord(
+            workload=f"{cluster.namespace}/{NAME}", target="Deployment/x", policy="p", updated_at=1.0
+        )
+    }
+    actuator.event(target, "Normal", "SuccessfulRescale", "fenced")
+    store.save(record)
+    assert events(cluster) == []
+    configmaps = client.CoreV1Api(cluster.admin).list_namespaced_config_map(cluster.namespace).items
+    assert STATE_CONFIGMAP not in {c.metadata.name for c in configmaps}
+    left["s"] = 5.0
+    actuator.event(target, "Normal", "SuccessfulRescale", "allowed")
+    store.save(record)
+    assert [e.message for e in events(cluster)] == ["allowed"]
+    assert [r.workload for r in ConfigMapStateStore(api, cluster.namespace).load().values()] == [
+        f"{cluster.namespace}/{NAME}"
+    ]
