@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import math
 import os
 import signal
 import socket
@@ -29,6 +30,7 @@ from autoscaler.telemetry import Telemetry
 from policies.policy_file import PolicyFile
 
 log = get_logger("autoscaler.daemon")
+SHUTDOWN_S = 5.0  # how long SIGTERM waits for a tick in flight before abandoning it
 
 
 def leader_election_wanted(settings: Settings, once: bool, dry_run: bool) -> bool:
@@ -80,7 +82,14 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
             settings.retry_period_s,
             on_transition=lambda event: telemetry.leader_transitions.labels(event).inc(),
         )
-    authority = elector.authority_left if elector is not None else None  # the one fence of every write
+
+    def authority() -> float:
+        """The one fence every write passes (scales, claims, Events, the state): none after SIGTERM, else the
+        Lease's remaining authority (``LeaderElector.authority_left``), or no limit without leader election."""
+        if stop.is_set():
+            return 0.0
+        return elector.authority_left() if elector is not None else math.inf
+
     actuator: Actuator = KubernetesActuator(
         api,
         request_timeout=settings.api_timeout_s,
@@ -147,12 +156,18 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
             next_run_time=datetime.now(UTC),
         )
 
+    idle = threading.Event()
+    idle.set()
+
     def tick() -> None:
         # The job never calls back into the scheduler: shutdown holds its lock while it waits for this job.
+        idle.clear()
         try:
             controller.tick()
         except Exception:  # one bad tick must not kill the loop
             log.exception("tick-failed")
+        finally:
+            idle.set()
 
     scheduler.add_job(
         tick,
@@ -171,9 +186,23 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
             interval = controller.interval
             scheduler.reschedule_job("tick", trigger="interval", seconds=interval)
             log.info("interval-changed", interval=interval)
-    scheduler.shutdown(wait=True)
+    return _shut_down(scheduler, idle, elector, server)
+
+
+def _shut_down(
+    scheduler: BackgroundScheduler, idle: threading.Event, elector: LeaderElector | None, server: HealthServer
+) -> int:
+    """End within ``SHUTDOWN_S`` plus the Lease's release, whatever the configured timeouts: a tick still waiting on
+    Prometheus or the API server then is abandoned (it can write nothing: the fence closed with the signal), the
+    Lease is given up, and the process leaves without joining the tick's thread."""
+    scheduler.shutdown(wait=False)
+    finished = idle.wait(SHUTDOWN_S)
     if elector is not None:
         elector.release()
     server.stop()
-    log.info("stopped")
+    log.info("stopped", abandoned_tick=not finished)
+    if not finished:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # the abandoned tick's thread would be joined at exit
     return 0

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from autoscaler.logs import get_logger
 
 log = get_logger("autoscaler.leader")
+RELEASE_TIMEOUT_S = 2.0  # each of the release's two calls: a shutdown is bounded (autoscaler.daemon.SHUTDOWN_S)
 
 
 def _answer(exc: Exception) -> str:
@@ -154,11 +155,11 @@ class LeaderElector:
         self.renewed_at = None
         self._leading = False
         try:
-            lease = self.leases.read_namespaced_lease(self.name, self.namespace)
+            lease = self.leases.read_namespaced_lease(self.name, self.namespace, _request_timeout=RELEASE_TIMEOUT_S)
             if lease.spec is None or lease.spec.holder_identity != self.identity:
                 return
             lease.spec = self._spec(datetime.now(UTC), int(lease.spec.lease_transitions or 0), holder="", duration=1)
-            self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
+            self.leases.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=RELEASE_TIMEOUT_S)
             log.info("leader-released", lease=f"{self.namespace}/{self.name}", identity=self.identity)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.warning("leader-release-failed", detail=str(exc)[:200])

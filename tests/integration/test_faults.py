@@ -380,3 +380,42 @@ def test_clock_steps(target: Cluster, exporter: VllmExporter, prometheus: Promet
         assert LO <= line["desired"] <= HI
     check_invariants(target)
     assert replicas(target) == 6
+
+
+def test_sigterm_while_prometheus_answers_late_ends_within_ten_seconds(
+    target: Cluster, exporter: VllmExporter, prometheus: PrometheusServer
+) -> None:
+    """Prometheus answers 25 s late and the policy allows 30 s: SIGTERM abandons the tick waiting on it, gives the
+    Lease up and exits within 10 s, and nothing the daemon sends after the signal writes."""
+    from autoscaler.testing.fault_proxy import FaultProxy
+
+    exporter.set_pods(target.namespace, NAME, waiting=[2, 2])
+    proxy = FaultProxy(prometheus.url)
+    try:
+        document = json.loads(policy(proxy.url, target.namespace))
+        document["prometheus"]["timeout"] = 30
+        path = target.workdir / "policy.json"
+        path.write_text(json.dumps(document))
+        election = {
+            "VLLM_AUTOSCALER_LEADER_ELECT": "true",
+            "VLLM_AUTOSCALER_LEASE_DURATION_S": "15",
+            "VLLM_AUTOSCALER_RENEW_DEADLINE_S": "10",
+            "VLLM_AUTOSCALER_RETRY_PERIOD_S": "1",
+        }
+        daemon = Daemon(target, path, "daemon", **election)
+        wait_for(lambda: holder_at(lease_holders(target), time.time() + 1) == "daemon", 30, "the daemon to lead")
+        wait_for(lambda: b'"decision"' in daemon.log.read_bytes(), 30, "a decision")
+        proxy.inject("GET", "/api/v1/query", None, delay=25.0)
+        exporter.set_pods(target.namespace, NAME, waiting=[8, 8])  # a scale-up the slow tick would write
+        time.sleep(3.0)  # a tick is now waiting on Prometheus
+        signalled = time.time()
+        daemon.process.send_signal(signal.SIGTERM)
+        code = daemon.process.wait(15)
+        ended = time.time() - signalled
+    finally:
+        proxy.close()
+    assert code == 0 and ended < 10.0, (ended, daemon.log.read_text()[-2000:])
+    late = [e for e in target.kube.audit(user=daemon.user) if e.writes and e.at > signalled and e.resource != "leases"]
+    assert late == [], late
+    assert holder_at(lease_holders(target), time.time()) == ""  # given up, not left to expire
+    assert b"abandoned_tick" in daemon.log.read_bytes()
