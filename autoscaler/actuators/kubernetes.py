@@ -37,6 +37,9 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 RETRIABLE = {429, 500, 502, 503, 504}
 OWNER_CACHE_S = 60.0
+READ_RETRY_S = 1.0  # a LIST's retries within a tick: a namespace's trouble is waited out across ticks, not in one
+BACKOFF_S = 10.0  # a failed LIST is not sent again for this long, doubling with each failure in a row
+BACKOFF_MAX_S = 300.0
 FRESH_OWNERS_S = 0.0  # the check just before a write lists again: an owner created since the tick's check is seen
 EVENT_AGGREGATE_S = 600.0  # client-go's aggregation window
 EVENT_BURST, EVENT_REFILL_S = 25, 300.0  # client-go's spam filter: 25 at once, then one per 5 minutes
@@ -91,18 +94,46 @@ class KubernetesActuator:
         self.authority = authority
         self.stopping = stopping or threading.Event()
         self._events: dict[tuple[str, ...], _Recorded] = {}
+        self._failing: dict[tuple[str, str], tuple[float, int, Exception]] = {}  # (list, namespace): until, count, why
+
+    def _read(self, what: str, namespace: str, fn: Callable[[], Any]) -> Any:
+        """A LIST that isolates its namespace: retried within ``READ_RETRY_S`` only (a ``Retry-After`` longer than that
+        ends it at once), and a failure is remembered for its ``Retry-After``, else a backoff from ``BACKOFF_S``
+        doubling to ``BACKOFF_MAX_S``, during which the same LIST fails at once without a request. So a throttled
+        or broken namespace costs a tick one quick request at most, and the healthy ones decide on every interval."""
+        key = (what, namespace)
+        now = self.clock()
+        failing = self._failing.get(key)
+        if failing is not None and now < failing[0]:
+            raise failing[2]
+        try:
+            answer = self._call(what, fn, budget=READ_RETRY_S)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                raise  # an answer (a kind not served), not trouble
+            count = 1 if failing is None else failing[1] + 1
+            wait = (_retry_after(exc) if isinstance(exc, ApiException) else None) or min(
+                BACKOFF_S * 2 ** (count - 1), BACKOFF_MAX_S
+            )
+            self._failing[key] = (self.clock() + wait, count, exc)
+            log.info("list-backing-off", call=what, namespace=namespace, seconds=round(wait, 1), failures=count)
+            raise
+        self._failing.pop(key, None)
+        return answer
 
     def authority_left(self) -> float:
         return math.inf if self.authority is None else self.authority()
 
-    def _call(self, what: str, fn: Callable[[], Any], write: bool = False) -> Any:
+    def _call(self, what: str, fn: Callable[[], Any], write: bool = False, budget: float = math.inf) -> Any:
         """Call the API, backing off on 429 and 5xx (respecting ``Retry-After``) and on dropped connections.
 
         A write is fenced by the Lease: each attempt first checks that this process may still write, and no
         retry is waited for that would end past the renew deadline, so a deposed leader's write never lands
-        after another replica could have taken over (client-go's leader election makes the same promise).
+        after another replica could have taken over (client-go's leader election makes the same promise). No
+        wait is begun that would end past ``budget`` seconds from the first attempt.
         """
         delay = 0.2
+        started = self.clock()
         for attempt in range(1, self.max_attempts + 1):
             if write and self.authority_left() <= 0:
                 raise Fenced("this process does not hold the Lease (or has not renewed it within its deadline)")
@@ -120,6 +151,8 @@ class KubernetesActuator:
                 last = exc
             wait = min(wait, 5.0) * (1 + 0.1 * random.random())
             if self.stopping.is_set() or (write and wait >= self.authority_left()):
+                raise last
+            if self.clock() - started + wait > budget:
                 raise last
             log.info("api-retry", call=what, attempt=attempt, wait_s=round(wait, 3))
             if self.sleep is time.sleep:
@@ -147,7 +180,7 @@ class KubernetesActuator:
         states: dict[tuple[str, str, str], ScaleState | ActuatorError] = {}
         for (kind, namespace), members in groups.items():
             try:
-                listed = self._call("list", lambda k=kind, n=namespace: self._list(k, n))  # type: ignore[misc]
+                listed = self._read(f"list-{kind}", namespace, lambda k=kind, n=namespace: self._list(k, n))  # type: ignore[misc]
             except ApiException as exc:
                 failure = _failure(exc, listing=True)
                 log.info("list-failed", namespace=namespace, kind=kind, detail=failure.detail)
@@ -308,8 +341,9 @@ class KubernetesActuator:
         unknown: list[str] = []
         for lister in OWNER_LISTS:
             try:
-                items = self._call(
+                items = self._read(
                     f"list-{lister.resource}",
+                    namespace,
                     lambda lister=lister: self._list_owners(lister, namespace),  # type: ignore[misc]
                 )
             except ApiException as exc:

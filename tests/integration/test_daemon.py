@@ -177,7 +177,7 @@ def test_a_throttled_list_backs_off_and_never_fans_out(
         assert run_once(cluster, json.dumps(two), kubeconfig=cluster.kubeconfig(proxy.url)) == 0
         gets = proxy.requests("GET", "/deployments")
         assert gets and all(s.path.split("?")[0].endswith("/deployments") for s in gets)  # no per-workload GET
-        assert len(gets) == 5  # the client's attempts for one LIST, then the tick holds
+        assert len(gets) == 3  # the attempts one LIST gets within a second, then the tick holds
     finally:
         proxy.close()
     reasons = {e["workload"]: e["reason"] for e in log_lines(capsys) if e["event"] == "decision"}
@@ -553,7 +553,12 @@ def test_an_owner_check_that_cannot_complete_writes_nothing(
     assert "`list` on horizontalpodautoscalers in apiGroup autoscaling" in recorded[0].message
 
 
-def test_an_owner_list_that_fails_is_not_cached_as_no_owners(cluster: Cluster, loaded: PrometheusServer) -> None:
+def test_an_owner_list_that_fails_is_not_cached_as_no_owners(
+    cluster: Cluster, loaded: PrometheusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed owner list is held as a failure for its backoff (no request sent meanwhile), never as "no
+    owners"; asked again after it, the HPA is seen."""
+    monkeypatch.setattr("autoscaler.actuators.kubernetes.BACKOFF_S", 1.0)
     cluster.deployment(NAME, 2)
     _hpa(cluster)
     proxy = FaultProxy(cluster.kube.url, cluster.kube.ca_file)
@@ -562,6 +567,10 @@ def test_an_owner_list_that_fails_is_not_cached_as_no_owners(cluster: Cluster, l
         controller = _controller(cluster, loaded.url, kubeconfig=cluster.kubeconfig(proxy.url))
         assert controller.tick()[0]["reason"] == "owner-unknown"
         proxy.clear()
+        sent = len(proxy.requests("GET", "/horizontalpodautoscalers$"))
+        assert controller.tick()[0]["reason"] == "owner-unknown"  # within the backoff: held, not asked
+        assert len(proxy.requests("GET", "/horizontalpodautoscalers$")) == sent
+        time.sleep(1.1)
         assert controller.tick()[0]["reason"] == "foreign-autoscaler"  # asked again, not cached as "none"
     finally:
         proxy.close()
@@ -853,3 +862,41 @@ def test_one_fence_for_every_write(cluster: Cluster) -> None:
     assert [r.workload for r in ConfigMapStateStore(api, cluster.namespace).load().values()] == [
         f"{cluster.namespace}/{NAME}"
     ]
+
+
+def test_a_throttled_namespace_leaves_a_healthy_one_deciding_every_interval(
+    cluster: Cluster, loaded: PrometheusServer
+) -> None:
+    """Every read in one namespace answers 429 with ``Retry-After: 5``: its workload holds (its target unreadable,
+    then its owner unknown), the LIST is not sent again for those 5 s, and the healthy namespace beside it decides
+    and scales on every tick, each tick well within its interval."""
+    cluster.deployment(NAME, 2)
+    other = cluster.kube.create_namespace("t")
+    try:
+        cluster.kube.grant(other, (cluster.namespace, cluster.account), shipped_rules(), "shipped")
+        cluster.kube.create_deployment(other, NAME, 2)
+        document = json.loads(policy_text(loaded.url, cluster.namespace))
+        document["workloads"].append({**document["workloads"][0], "target": {"namespace": other, "name": NAME}})
+        path = cluster.workdir / "two.json"
+        path.write_text(json.dumps(document))
+        proxy = FaultProxy(cluster.kube.url, cluster.kube.ca_file)
+        try:
+            proxy.inject("GET", f"/namespaces/{other}/", 429, times=None, retry_after=5)
+            controller = cluster.controller(path, cluster.kubeconfig(proxy.url))
+            walls, reasons = [], []
+            for _ in range(8):
+                started = time.monotonic()
+                lines = {line["workload"]: line for line in controller.tick()}
+                walls.append(time.monotonic() - started)
+                reasons.append((lines[f"{cluster.namespace}/{NAME}"]["reason"], lines[f"{other}/{NAME}"]["reason"]))
+                time.sleep(0.5)
+            throttled = [s for s in proxy.requests("GET") if f"/namespaces/{other}/" in s.path]
+        finally:
+            proxy.close()
+    finally:
+        cluster.kube.delete_namespace(other)
+    assert max(walls) < 1.5, walls
+    assert all(healthy not in ("target-unavailable", "owner-unknown") for healthy, _ in reasons), reasons
+    assert all(held in ("target-unavailable", "owner-unknown") for _, held in reasons), reasons
+    assert cluster.replicas(NAME) == 6  # the healthy one scaled
+    assert len(throttled) <= 2 * 2  # its deployments and HPA lists, once per Retry-After: not on every tick
