@@ -15,7 +15,7 @@ from autoscaler.metrics.queries import (
 )
 from autoscaler.metrics.source import Failure, MetricSource
 from policies.policy_file import PolicyFile, Workload
-from simulations.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS, write_rows
+from policies.recorded import ACTIVATION, ACTIVITY, READY_REPLICAS, REPLICAS, write_rows
 
 log = get_logger("autoscaler.record")
 PROMETHEUS_FAILURES = {Failure.HTTP_ERROR, Failure.TIMEOUT, Failure.UNREACHABLE, Failure.BAD_RESPONSE}

@@ -19,7 +19,7 @@ from autoscaler.metrics.source import Failure, MetricSource
 from autoscaler.record import PROMETHEUS_FAILURES, series_queries
 from policies.base import Policy
 from policies.policy_file import Workload
-from simulations.recorded import REPLICAS, recorded_observation
+from policies.recorded import REPLICAS, recorded_observation
 
 log = get_logger("autoscaler.warm_up")
 MAX_POINTS = 10_000  # Prometheus refuses a range query of more than 11,000 points a series

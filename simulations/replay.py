@@ -9,7 +9,7 @@ from typing import TextIO
 
 from policies.pipeline import Decision
 from policies.policy_file import PolicyFile
-from simulations.recorded import (
+from policies.recorded import (
     ACTIVATION,
     ACTIVITY,
     READY_REPLICAS,

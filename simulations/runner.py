@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from policies.base import Observation
 from policies.pipeline import WorkloadDecider
+from policies.recorded import ACTIVATION, ACTIVITY
 from simulations.fleet import Fleet, group_runs
-from simulations.recorded import ACTIVATION, ACTIVITY
 from simulations.replica_model import ReplicaModel
 from simulations.signals import Signals, ZeroSignals
 from simulations.traces import Trace

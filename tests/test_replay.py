@@ -11,7 +11,7 @@ import pytest
 
 from autoscaler.cli import main
 from policies.policy_file import load_policy_file, parse_policy_document
-from simulations.recorded import RecordedMetricsError, read_ticks
+from policies.recorded import RecordedMetricsError, read_ticks
 from simulations.replay import check_names, replay
 from tests.helpers import workload_doc
 from tests.test_policy_file import CONTRACT_EXAMPLE

@@ -15,7 +15,7 @@ from policies.error_budget import PROMPT_LENGTH_SIGMA, miss_share, prefill_tail
 from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
 from policies.policy_file import Workload, parse_policy_document
 from policies.predictive import PredictivePolicy
-from simulations.recorded import READY_REPLICAS, REPLICAS
+from policies.recorded import READY_REPLICAS, REPLICAS
 from tests.helpers import workload_doc
 
 WALL = 1_800_000_000.0

@@ -29,9 +29,9 @@ from policies.policy_file import (
     parse_policy_document,
     parse_policy_text,
 )
+from policies.recorded import RecordedMetricsError, read_ticks
 from policies.registry import policy_class
 from policies.spec import Slo, parse_duration
-from simulations.recorded import RecordedMetricsError, read_ticks
 
 if TYPE_CHECKING:
     from autoscaler.settings import Settings
@@ -547,8 +547,8 @@ SIMULATED_START = 1_767_225_600.0  # 2026-01-01T00:00:00Z: recorded stamps of a 
 def _record_simulated(path: str, document: PolicyFile, comparison: Comparison) -> None:
     """``simulate --record-metrics``: the fleet run once more under the workload's own policy, its metrics
     tick by tick written as ``record`` would have read them, for ``replay``."""
+    from policies.recorded import observed_rows, write_rows
     from simulations.contenders import policy_contender
-    from simulations.recorded import observed_rows, write_rows
     from simulations.runner import run
 
     contender = policy_contender(document, comparison.workload, comparison.model)
@@ -626,7 +626,7 @@ def _settings(args: argparse.Namespace) -> Settings | None:
 
 def _when(text: str) -> float:
     """Unix seconds, RFC 3339, ``now``, or ``now-2h``-style offsets."""
-    from simulations.recorded import parse_timestamp
+    from policies.recorded import parse_timestamp
 
     text = text.strip()
     if text.startswith("now"):
