@@ -73,6 +73,7 @@ from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS
 from policies.replica_calculator import demand_in_replicas
 from policies.rise_history import RiseHistory
 from policies.spec import Seconds, StrictModel, refuse_moved
+from policies.spending import HOUR_S, SpendingLoop
 from policies.threshold import tolerance_for
 
 SIGNIFICANCE = 3.0
@@ -115,6 +116,11 @@ class ErrorBudgetParams(StrictModel):
         le=4,
         description="the spread of the prompts' lengths, the standard deviation of their natural log (simulate "
         "writes the trace's); unset, read from vLLM's prompt-length histogram, or 1.0 while it has none",
+    )
+
+    spend: bool = Field(
+        default=False,
+        description="run the fleet hotter while the budget is left and cooler as it burns (policies.spending)",
     )
 
     @model_validator(mode="before")
@@ -311,6 +317,8 @@ class PredictiveState:
     rises: RiseHistory | None = None
     capacity: CapacityLearner = field(default_factory=CapacityLearner)
     budget: BudgetLedger | None = None
+    hour: BudgetLedger | None = None  # the last hour's count, for the spending loop's burn
+    spending: SpendingLoop = field(default_factory=SpendingLoop)
 
 
 def _rise(samples: list[tuple[float, float]], shrink: float = 0.0) -> float:
@@ -378,6 +386,14 @@ class PredictivePolicy:
         return 0.0 if used is None else returned(used)
 
     @property
+    def spending_scale(self) -> float:
+        """How much hotter than sized the budget's loop runs the fleet (``policies.spending``); 1 without it."""
+        learned = self.params.learned_headroom
+        if learned is None or learned.budget is None or not learned.budget.spend or self.ctx.slo is None:
+            return 1.0
+        return self.state.spending.scale
+
+    @property
     def prior_headroom(self) -> float:
         """The configured headroom, or the default for the horizon."""
         if self.params.headroom is not None:
@@ -416,6 +432,8 @@ class PredictivePolicy:
             settings["blendedHeadroom"] = round(self.headroom, 4)  # as the history stands now
         if (used := self.budget_used) is not None:
             settings["budgetUsed"] = round(used, 4)
+        if self.spending_scale != 1.0 or (used is not None and self.params.learned_headroom.budget.spend):  # type: ignore[union-attr]
+            settings["spendingScale"] = round(self.spending_scale, 4)  # as the budget's loop holds it now
         if self.learns:
             settings["capacityFactor"] = round(self.state.capacity.factor, 4)  # as learned so far
         return settings
@@ -492,9 +510,13 @@ class PredictivePolicy:
             else min(observation.now - last, self.coarse_intervals * self.ctx.interval)
         )
         misses = ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
-        details.update(
-            budget_used=round(ledger.used(slo.target), 4), slo_first_tokens=firsts * elapsed, slo_misses=misses
-        )
+        used = ledger.used(slo.target)
+        details.update(budget_used=round(used, 4), slo_first_tokens=firsts * elapsed, slo_misses=misses)
+        if budget.spend:
+            hour = self.state.hour = self.state.hour or BudgetLedger(HOUR_S)
+            hour.record(observation.now, firsts * elapsed, misses)
+            self.state.spending.update(observation.now, used, hour.used(slo.target))
+            details["spending_scale"] = round(self.state.spending.scale, 4)
 
     @property
     def horizon(self) -> float:
@@ -530,6 +552,7 @@ class PredictivePolicy:
         forecast = demand + growth
         headroom = self.headroom
         unpooled = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
+        unpooled /= self.spending_scale
         pooling = self.params.pooling
         need = unpooled if pooling is None else pooled_replicas(unpooled, pooling.gain, pooling.replicas)
         details.update(forecast=forecast, horizon=self.horizon, headroom=headroom, need=need)

@@ -140,7 +140,9 @@ def with_error_budget(
 
     On every matrix set it met the SLO wherever the configured headroom alone did, and for 1.5 to 3.8 % fewer
     GPU-hours (docs/findings.md, "The learned headroom, returned to the default as the counted budget
-    burns"). The block's own defaults with a budget are the hour's learning measured there."""
+    burns"). The block's own defaults with a budget are the hour's learning measured there. The budget also
+    ``spend``s: an outer loop runs the fleet hotter than sized while the budget is left
+    (docs/decisions/error-budget-loop.md)."""
     workload = document["workloads"][0]
     policy = workload["policy"]
     if policy.get("type") != "predictive":
@@ -149,6 +151,7 @@ def with_error_budget(
     budget = {
         "prefillTokensPerSecond": round(model.idle_prefill_tokens_per_s, 1),
         "promptLengthSigma": round(spread, 2),
+        "spend": True,
     }
     learned = {"budget": budget}
     slo = {"ttftSeconds": slo_ttft, "target": slo_target}

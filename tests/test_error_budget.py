@@ -235,3 +235,30 @@ def test_a_prompt_spread_must_be_a_spread() -> None:
         policy = {**BUDGET, "learnedHeadroom": {"budget": budget}}
         with pytest.raises(PolicyFileError, match=r"learnedHeadroom.budget.promptLengthSigma"):
             parse_policy_document(workload_doc(policy=policy, slo={"ttftSeconds": 2, "target": 0.99}))
+
+
+def _fleet_after(mean_beyond: float, spend: bool, ticks: int = 480) -> tuple[int, float]:
+    """Two hours of a flat load of 20 replicas' prompt tokens, first tokens ``mean_beyond`` seconds after their own
+    prefill: the count the policy asks for at the end, and its spending loop's scale."""
+    budget = {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5, "spend": spend}
+    policy = {**BUDGET, "learnedHeadroom": {**BUDGET["learnedHeadroom"], "budget": budget}}  # type: ignore[dict-item]
+    slo = {"ttftSeconds": 2, "target": 0.99}
+    metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 100}}]
+    document = parse_policy_document(workload_doc(maxReplicas=100, policy=policy, slo=slo, metrics=metrics))
+    decider = document.decider(document.workloads[0])
+    signals = {"prompt_tokens_per_second": 2000.0, FIRST_TOKENS_RATE: 4.0, TTFT_SECONDS_RATE: 4.0 * (0.5 + mean_beyond)}
+    decision = None
+    for i in range(ticks):
+        decision = decider.decide(Observation(i * 15.0, 20, signals, ready_replicas=20))
+    assert decision is not None
+    return decision.recommended, decider.policy.spending_scale  # type: ignore[attr-defined]
+
+
+def test_a_budget_that_spends_runs_a_calm_fleet_hotter_and_a_burning_one_cooler() -> None:
+    """With ``spend``, two calm hours (first tokens at their own prefill) run the fleet 1.05 ** 11 hotter than sized
+    and ask for fewer replicas than the same budget without it; first tokens a whole SLO late hold it at 1, as sized."""
+    sized, _ = _fleet_after(0.0, spend=False)
+    hotter, scale = _fleet_after(0.0, spend=True)
+    assert scale == pytest.approx(1.05**11) and hotter < sized
+    _, burning = _fleet_after(2.0, spend=True)
+    assert burning == 1.0

@@ -86,6 +86,7 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
     # Where the run ended: the headroom learned over the last hour, and the share of the hour's budget spent.
     blended, used = settings.pop("blendedHeadroom"), settings.pop("budgetUsed")
     assert 0 <= blended <= 2 * settings["headroom"] and used >= 0
+    assert 1.0 <= settings.pop("spendingScale") <= 2.0  # how much hotter than sized the budget's loop ran it
     assert settings == {
         "type": "predictive",
         "tolerance": 0.1,
@@ -94,7 +95,11 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
         "learnedHeadroom": {
             "priorSeconds": 1200.0,
             "memorySeconds": 3600.0,
-            "budget": {"prefillTokensPerSecond": 976.6, "promptLengthSigma": 0.5},  # the built-in lengths' spread
+            "budget": {
+                "prefillTokensPerSecond": 976.6,
+                "promptLengthSigma": 0.5,
+                "spend": True,
+            },  # the built-in lengths' spread
         },
         "headroom": round(0.6 * (615 / 315) ** 0.5, 4),
         "horizonSeconds": 615.0,
@@ -279,6 +284,7 @@ def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_d
     assert workload["policy"]["learnedHeadroom"]["budget"] == {
         "prefillTokensPerSecond": 976.6,
         "promptLengthSigma": 0.5,
+        "spend": True,
     }
     assert (
         parse_policy_document(yaml.safe_load(written.read_text())).workloads[0].metrics[0].target.value
