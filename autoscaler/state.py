@@ -26,6 +26,9 @@ from autoscaler.logs import get_logger
 log = get_logger("autoscaler.state")
 STATE_CONFIGMAP = "vllm-autoscaler-state"
 MAX_BYTES = 900_000  # under the API's 1 MiB object limit, with room for metadata
+VOLATILE = {"updated_at", "metrics"}
+"""What changes on every tick without changing the state: written with the rest, but not a reason to write."""
+HEARTBEAT_S = 300.0  # at most this long between writes while only the volatile fields change: status stays fresh
 
 
 class LastScale(BaseModel):
@@ -98,6 +101,8 @@ class ConfigMapStateStore:
         self.core = client.CoreV1Api(api)
         self.namespace, self.name, self.timeout = namespace, name, timeout
         self.authority = authority
+        self.essential: dict[str, str] = {}  # what was last written, less its VOLATILE fields
+        self.written_at = 0.0  # the records' updated_at when last written
         self.version: str | None = None
         self.written: dict[str, str] = {}
 
@@ -116,15 +121,20 @@ class ConfigMapStateStore:
         return parse_records(self.written)
 
     def save(self, records: dict[str, WorkloadRecord]) -> None:
-        """Write the records if they changed. A 409 or 404 (another writer, or a deletion) re-reads the
-        ConfigMap; the next tick writes again."""
+        """Write the records if their state changed (anything but the ``VOLATILE`` fields), or every ``HEARTBEAT_S``
+        while only those did: a fleet that holds steady costs etcd no write a tick. A 409 or 404 (another writer, or
+        a deletion) re-reads the ConfigMap; the next tick writes again."""
         data = {key: record.model_dump_json(by_alias=True, exclude_none=True) for key, record in records.items()}
         if sum(len(v) for v in data.values()) > MAX_BYTES:  # a very large fleet: keep the rest, drop the history
             data = {
                 key: record.model_copy(update={"behavior": {}}).model_dump_json(by_alias=True, exclude_none=True)
                 for key, record in records.items()
             }
-        if data == self.written:
+        essential = {
+            k: r.model_dump_json(by_alias=True, exclude_none=True, exclude=VOLATILE) for k, r in records.items()
+        }
+        stamp = max((r.updated_at for r in records.values()), default=0.0)
+        if data == self.written or (essential == self.essential and stamp - self.written_at < HEARTBEAT_S):
             return
         if self.authority is not None and self.authority() <= 0:
             log.info("state-fenced", detail="this process does not hold the Lease (or has not renewed it in time)")
@@ -146,7 +156,7 @@ class ConfigMapStateStore:
             self.load()
             return
         self.version = answer.metadata.resource_version
-        self.written = data
+        self.written, self.essential, self.written_at = data, essential, stamp
 
 
 def parse_records(data: dict[str, str]) -> dict[str, WorkloadRecord]:
