@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from autoscaler.cli import EXIT_BAD_INPUT, EXIT_OK, _error, _write_failed
+from autoscaler.cli.common import EXIT_BAD_INPUT, EXIT_OK, _error, _write_failed
 
 
 def add_parser(sub: Any) -> None:
