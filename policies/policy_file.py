@@ -216,11 +216,11 @@ class Workload(StrictModel):
     def policy_type(self) -> str:
         return str(self.policy.get("type", "threshold"))
 
-    def context(self, interval: float, measured_cold_start: float | None = None) -> WorkloadContext:
-        if self.cold_start_seconds == "auto":
-            cold = DEFAULT_COLD_START_SECONDS if measured_cold_start is None else measured_cold_start
-        else:
-            cold = float(self.cold_start_seconds)
+    def context(self, interval: float) -> WorkloadContext:
+        """What the policy decides with besides its own block; ``coldStartSeconds: auto`` starts from the default
+        and the decider moves it as cold starts are measured (``WorkloadDecider.cold_start_measured``)."""
+        auto = self.cold_start_seconds == "auto"
+        cold = float(DEFAULT_COLD_START_SECONDS if auto else self.cold_start_seconds)
         return WorkloadContext(
             metrics=tuple(self.metrics),
             min_replicas=self.awake_min_replicas,

@@ -52,6 +52,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
+from policies.policy_file import DEFAULT_COLD_START_SECONDS
 from policies.spec import StrictModel
 
 
@@ -66,7 +67,7 @@ class ReplicaModel(StrictModel):
     request_overhead_s: float = Field(default=0.05, ge=0, description="per request, before the engine sees it")
     max_num_batched_tokens: int = Field(default=2048, ge=1)
     gpus_per_replica: int = Field(default=4, ge=1)
-    cold_start_s: float = Field(default=300.0, ge=0)
+    cold_start_s: float = Field(default=float(DEFAULT_COLD_START_SECONDS), ge=0)
     scrape_interval_s: float = Field(default=15.0, gt=0)
     staleness_s: float = Field(default=300.0, gt=0)
     routing: Literal["least-waiting", "round-robin", "prefix-aware"] = "least-waiting"
