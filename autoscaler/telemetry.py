@@ -97,7 +97,7 @@ class Telemetry:
         )
         self.slo_misses = Counter(
             "vllm_autoscaler_slo_misses_total",
-            "First tokens estimated beyond the slo's ttftSeconds of their own prefill (policies.error_budget)",
+            "First tokens estimated beyond the slo's ttftSeconds of their own prefill (policies.predictive.budget)",
             labels,
             registry=r,
         )

@@ -11,20 +11,20 @@ KV_CACHE_ALIASES = (KV_CACHE, "gpu_cache_usage_perc")  # vLLM before 0.12 named 
 TTFT_P90 = "time_to_first_token_p90_seconds"
 TTFT_SLO = "time_to_first_token_slo_seconds"
 """The TTFT quantile at a workload's ``slo.target`` over the last minute, from the histogram the p90 reads: not
-a metric a file scales on, but what ``predictive`` learns a replica's capacity by (``policies.capacity``), read
-for a workload with a ``capacity`` block that learns."""
+a metric a file scales on, but what ``predictive`` learns a replica's capacity by
+(``policies.predictive.capacity``), read for a workload with a ``capacity`` block that learns."""
 
 TTFT_SECONDS_RATE = "time_to_first_token_seconds_per_second"
 FIRST_TOKENS_RATE = "first_tokens_per_second"
 BUDGET_SIGNALS = (TTFT_SECONDS_RATE, FIRST_TOKENS_RATE, "prompt_tokens_per_second")
-"""What the error budget is counted from (``policies.error_budget``): the rates of the TTFT histogram's ``_sum`` and
-``_count`` over the last minute, and the prompt tokens'; not metrics a file scales on, but read for a workload
-whose ``predictive`` policy has a ``learnedHeadroom.budget``."""
+"""What the error budget is counted from (``policies.predictive.budget``): the rates of the TTFT histogram's
+``_sum`` and ``_count`` over the last minute, and the prompt tokens'; not metrics a file scales on, but read for a
+workload whose ``predictive`` policy has a ``learnedHeadroom.budget``."""
 
 PROMPT_SPREAD = "prompt_length_sigma"
 """The spread of the last hour's prompt lengths, the standard deviation of their log, read as lognormal from vLLM's
 ``vllm:request_prompt_tokens`` histogram (``histogram.lognormal_spread``): read for a budget whose
-``promptLengthSigma`` is not given (``policies.error_budget.prefill_tail``)."""
+``promptLengthSigma`` is not given (``policies.predictive.budget.prefill_tail``)."""
 PROMPT_SPREAD_WINDOW_S = 3600
 """The last hour's prompts: thousands at a request a second, where a minute's hundred leave the tail to chance."""
 

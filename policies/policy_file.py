@@ -169,8 +169,8 @@ class Workload(StrictModel):
 
     @property
     def learns_capacity(self) -> bool:
-        """``predictive`` learns its replicas' capacity (``policies.capacity``), and so reads the TTFT quantile at
-        the slo's target (``metric_names.TTFT_SLO``)."""
+        """``predictive`` learns its replicas' capacity (``policies.predictive.capacity``), and so reads the TTFT
+        quantile at the slo's target (``metric_names.TTFT_SLO``)."""
         learning = self.capacity is not None and self.capacity.learn and self.slo is not None
         return learning and self.policy_type == "predictive"
 

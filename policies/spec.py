@@ -247,7 +247,7 @@ class Slo(StrictModel):
 class Capacity(StrictModel):
     """What one replica sustains within the workload's ``slo``: with it, ``metrics`` may be left out and are
     built from it (``capacity_metrics``); with ``learn``, ``predictive`` learns the prompt-token rate online from
-    the TTFT histogram (``policies.capacity``), seeded here. ``simulate`` measures it by a load test and
+    the TTFT histogram (``policies.predictive.capacity``), seeded here. ``simulate`` measures it by a load test and
     ``--write-config`` writes it (docs/policy-file.md#capacity)."""
 
     prompt_tokens_per_second: float = Field(

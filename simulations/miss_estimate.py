@@ -5,7 +5,7 @@ Issue 36 asks the policy to spend the SLO's error budget on purpose, which needs
 judges them: time to first token beyond the request's own prefill. The TTFT histogram's buckets cannot (its
 quantiles read the long prompts' own prefill as misses; docs/findings.md, "A capacity learned from the TTFT
 histogram"); its ``_sum`` and ``_count`` with the prompt-token counter give each minute's mean beyond prefill,
-and ``policies.error_budget.miss_share`` turns that into a share of the minute's first tokens.
+and ``policies.predictive.budget.miss_share`` turns that into a share of the minute's first tokens.
 
 Each case runs the built-in workload on a matrix scenario (sized and started as ``simulations.matrix`` does,
 from its ``--cache``) with a lowered headroom, so that minutes of every load occur. At the end of every minute
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from policies.error_budget import PROMPT_LENGTH_SIGMA, mean_beyond_prefill, miss_share, prefill_tail
 from policies.policy_file import parse_policy_document
 from policies.predictive import PredictiveParams, prompt_spread
+from policies.predictive.budget import PROMPT_LENGTH_SIGMA, mean_beyond_prefill, miss_share, prefill_tail
 from simulations.contenders import policy_contender, policy_variant
 from simulations.fleet import Fleet
 from simulations.matrix import CACHE, Scenario, cached_baseline, scenario_model, scenarios
@@ -75,7 +75,7 @@ CHOSEN_ON = (
     Case("tight", "servegen11@120,slo1s", 0.2),
     Case("tight", "servegen11@120,slo1s", 0.0),
 )
-"""The runs ``policies.error_budget.miss_share``'s three constants were chosen on."""
+"""The runs ``policies.predictive.budget.miss_share``'s three constants were chosen on."""
 HELD_OUT = (
     Case("recorded", "servegen3@60", 0.0, slo=1.5),
     Case("recorded", "servegen3@60", 0.0, slo=3.0),
@@ -316,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             "its SLO or the one given, on the built-in replica or the fast one (`prefill_tokens_per_s=2500`). A "
             "row of a case's table gathers the minutes whose estimated mean time to first token beyond own "
             "prefill falls in its range; `missed` is the share of their first tokens the SLO judged late, "
-            "`estimated` what `policies.error_budget.miss_share` made of each minute's histogram sum and count and "
-            "of the prompts' spread the budget is told, the trace's (the module's docstring says how). "
+            "`estimated` what `policies.predictive.budget.miss_share` made of each minute's histogram sum and "
+            "count and of the prompts' spread the budget is told, the trace's (the module's docstring says how). "
             "`error, budgets` is the count's error in units of the run's error budget: what it adds to "
             "`budgetUsed`. A minute counts the first tokens between its first and last scrape, 45 s of it at the "
             "replicas' 15 s scrape interval, as `rate(...[1m])` does; so the first tokens are about three quarters "

@@ -1,4 +1,4 @@
-"""The learned capacity (policies/capacity.py): what a minute says, and the bounds on what it may move."""
+"""The learned capacity (policies/predictive/capacity.py): what a minute says, and the bounds on what it may move."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from policies.capacity import LEAST_FACTOR, MOST_FACTOR, STEP, WINDOW_S, CapacityLearner
+from policies.predictive.capacity import LEAST_FACTOR, MOST_FACTOR, STEP, WINDOW_S, CapacityLearner
 
 SEED = 1000.0
 SLO = 2.0

@@ -1,4 +1,4 @@
-"""Counting SLO misses from the TTFT histogram's sum and count (``policies/error_budget.py``), and the learned
+"""Counting SLO misses from the TTFT histogram's sum and count (``policies/predictive/budget.py``), and the learned
 headroom handed back as they spend the budget (``learnedHeadroom.budget``)."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from policies.base import Observation
-from policies.error_budget import (
+from policies.metric_names import BUDGET_SIGNALS, FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE
+from policies.policy_file import PolicyFileError, parse_policy_document
+from policies.predictive.budget import (
     SCALE,
     BudgetLedger,
     ledger_window,
@@ -19,8 +21,6 @@ from policies.error_budget import (
     prefill_tail,
     returned,
 )
-from policies.metric_names import BUDGET_SIGNALS, FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE
-from policies.policy_file import PolicyFileError, parse_policy_document
 from tests.helpers import workload_doc
 
 

@@ -1,4 +1,4 @@
-"""The rises a predictive policy learns its headroom from (``policies/rise_history.py``), and the blend."""
+"""The rises a predictive policy learns its headroom from (``policies/predictive/rises.py``), and the blend."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from policies.base import Observation
 from policies.pipeline import WorkloadDecider
 from policies.policy_file import parse_policy_document
-from policies.rise_history import RiseHistory
+from policies.predictive.rises import RiseHistory
 from tests.helpers import workload_doc
 
 STEP = 15.0

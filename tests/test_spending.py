@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.spending import MOST_SCALE, SpendingLoop
+from policies.predictive.spending import MOST_SCALE, SpendingLoop
 
 
 def calm(loop: SpendingLoop, start: float, minutes: int) -> None:

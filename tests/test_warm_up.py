@@ -11,10 +11,10 @@ from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, VectorR
 from autoscaler.record import series_queries
 from autoscaler.warm_up import MAX_POINTS, history_seconds, warm_up
 from policies.base import Observation
-from policies.error_budget import PROMPT_LENGTH_SIGMA, miss_share, prefill_tail
 from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
 from policies.policy_file import Workload, parse_policy_document
 from policies.predictive import PredictivePolicy
+from policies.predictive.budget import PROMPT_LENGTH_SIGMA, miss_share, prefill_tail
 from policies.recorded import READY_REPLICAS, REPLICAS
 from tests.helpers import workload_doc
 

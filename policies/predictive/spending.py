@@ -1,7 +1,7 @@
 """The error budget as an outer loop that spends it: how much hotter than sized the fleet runs.
 
 The sized targets and headroom are a guess made before the traffic was seen; the budget counted from vLLM's TTFT
-histogram (``policies.error_budget``) says what they bought. ``predictive`` divides the replicas it needs by the
+histogram (``policies.predictive.budget``) says what they bought. ``predictive`` divides the replicas it needs by the
 loop's ``scale``: at 1 the fleet is as sized, at 1.25 it runs a quarter hotter.
 
 * **Hotter, step by step.** At most once a ``STEP_S`` (two cold starts' evidence at the default 300 s), while
@@ -13,7 +13,7 @@ loop's ``scale``: at 1 the fleet is as sized, at 1.25 it runs a quarter hotter.
 * Held within ``[LEAST_SCALE, MOST_SCALE]``: never cooler than sized. The count errs high on purpose (a count
   that errs low costs the SLO), so below the sizing the loop answered misses that were not there: on three
   recorded days it cost 1.37 times static-best where the sizing alone cost 1.06. What the sizing gets wrong the
-  learned headroom and its hand-back answer (``policies.error_budget.returned``).
+  learned headroom and its hand-back answer (``policies.predictive.budget.returned``).
 
 Worked example: a calm day spending a tenth of its budget goes from 1 to 1.05 after ten minutes and to 1.63 after
 about 100 minutes; one hour that misses twice its share brings it back to 1.3 at once, and to 1 at the least

@@ -1,0 +1,170 @@
+"""``predictive``'s block in the policy file, and the blocks of its optional mechanisms."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from policies.base import usable
+from policies.predictive.budget import (
+    PROMPT_LENGTH_SIGMA,
+)
+from policies.spec import Seconds, StrictModel, refuse_moved
+
+
+class TrendParams(StrictModel):
+    """The trend a sustained rise is extrapolated by (``TrendState.growth``); on by default."""
+
+    window_seconds: Seconds | None = Field(
+        default=None, alias="windowSeconds", gt=0, description="unset: twice the horizon, at least 8 intervals"
+    )
+    max_growth: float = Field(default=0.5, alias="maxGrowth", ge=0, description="the growth's cap, times the demand")
+
+
+class PoolingParams(StrictModel):
+    """A fleet's pooled capacity (``pooled_replicas``); off unless given: only a load test of two fleet sizes
+    tells the gain (docs/simulation.md, "the fleet's pooling")."""
+
+    gain: float = Field(gt=0, le=1, description="capacity per replica gained per doubling of the fleet")
+    replicas: float = Field(default=1.0, ge=1, description="the fleet size the targets were measured on")
+
+
+class ErrorBudgetParams(StrictModel):
+    """The learned headroom handed back as the slo's error budget burns (``policies.predictive.budget``)."""
+
+    prefill_tokens_per_second: float = Field(
+        alias="prefillTokensPerSecond",
+        gt=0,
+        description="an idle replica's prefill speed: a request's own prefill is its prompt over it",
+    )
+    prompt_length_sigma: float | None = Field(
+        default=None,
+        alias="promptLengthSigma",
+        ge=0,
+        le=4,
+        description="the spread of the prompts' lengths, the standard deviation of their natural log (simulate "
+        "writes the trace's); unset, read from vLLM's prompt-length histogram, or 1.0 while it has none",
+    )
+
+    spend: bool = Field(
+        default=False,
+        description="run the fleet hotter while the budget is left, back to as sized as it burns "
+        "(policies.predictive.spending)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        where = "the workload's slo.windowSeconds (the budget counts over it, a day at least)"
+        return refuse_moved(data, {"windowSeconds": where, "window_seconds": where})
+
+
+# With a budget, the rises of the last hour over a prior of 20 minutes: a surge after calm hours spends budget
+# and the budget hands the headroom back. Without one, a day's: an hour's memory missed such a surge, and
+# nothing handed the headroom back (docs/findings.md, "The learned headroom, returned to the default as the
+# counted budget burns").
+BUDGET_LEARNING = {"priorSeconds": 1_200.0, "memorySeconds": 3_600.0}
+
+
+class LearnedHeadroomParams(StrictModel):
+    """The headroom blended with the one the demand's own rises call for (``RiseHistory``); off unless given
+    (docs/findings.md, "One trace is one sample"). With ``budget``, handed back to the configured headroom as
+    the slo's error budget burns, and learned over a shorter past by default (``BUDGET_LEARNING``)."""
+
+    prior_seconds: Seconds = Field(
+        default=43_200.0,
+        alias="priorSeconds",
+        gt=0,
+        description="how much history the configured headroom weighs as; with a budget 1,200 by default",
+    )
+    memory_seconds: Seconds = Field(
+        default=86_400.0,
+        alias="memorySeconds",
+        gt=0,
+        description="how long a rise is remembered; with a budget 3,600 by default",
+    )
+    budget: ErrorBudgetParams | None = Field(
+        default=None, description="hand the learned headroom back as the slo's error budget burns; needs an slo"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_learning(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("budget") is None:
+            return data
+        field_names = {"priorSeconds": "prior_seconds", "memorySeconds": "memory_seconds"}
+        unset = {k: v for k, v in BUDGET_LEARNING.items() if k not in data and field_names[k] not in data}
+        return {**data, **unset}
+
+
+MOVED_KEYS = {
+    "trendWindowSeconds": "trend.windowSeconds",
+    "maxGrowth": "trend.maxGrowth",
+    "poolingGain": "pooling.gain",
+    "poolingReplicas": "pooling.replicas",
+    "learnHeadroom": "learnedHeadroom: {} (present means on)",
+    "headroomPriorSeconds": "learnedHeadroom.priorSeconds",
+    "headroomMemorySeconds": "learnedHeadroom.memorySeconds",
+}
+"""Keys of predictive's block before its optional settings moved into blocks of their own."""
+
+
+class PredictiveParams(StrictModel):
+    """Top level: what the default decides with. The trend (on by default), the fleet's pooling and the learned
+    headroom (off unless given) are blocks of their own, each with the evidence for its default linked."""
+
+    type: Literal["predictive"] = Field(
+        default="predictive", description="demand forecast one cold start ahead, plus a headroom"
+    )
+    headroom: float | None = Field(
+        default=None, ge=-0.75, le=10, description="unset: 0.6 * sqrt(max(horizon, 150 s) / 315 s)"
+    )
+    tolerance: float = Field(
+        default=0.1, ge=0, lt=1, description="a proposal within this fraction of the count keeps it (the HPA's 10 %)"
+    )
+    horizon_seconds: Seconds | None = Field(
+        default=None, alias="horizonSeconds", ge=0, description="how far ahead to forecast; unset: the cold start"
+    )
+    # At two to four replicas the 10 % band is finer than one replica, and at a light load the one-minute
+    # signals' noise crossed it every few minutes (docs/policy-file.md, "Policies").
+    min_rise_replicas: float = Field(
+        default=0.5,
+        alias="minRiseReplicas",
+        ge=0,
+        description="a need less than this many replicas above the count keeps it (unless the tolerance is 0)",
+    )
+    trend: TrendParams = Field(default=TrendParams(), description="the extrapolated rise; on by default")
+    pooling: PoolingParams | None = Field(default=None, description="a fleet's pooled capacity; off unless given")
+    learned_headroom: LearnedHeadroomParams | None = Field(
+        default=None,
+        alias="learnedHeadroom",
+        description="a headroom learned from the demand's rises; off unless given",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        return refuse_moved(data, MOVED_KEYS)
+
+
+def with_settings(block: dict[str, Any], settings: dict[str, float]) -> dict[str, Any]:
+    """A policy block with ``tune``'s settings applied, as ``tune`` names them: ``maxGrowth`` sets the trend's,
+    ``poolingGain`` the pooling's (0 turns it off); any other key is a top-level one."""
+    out = {**block, **{k: v for k, v in settings.items() if k not in ("maxGrowth", "poolingGain")}}
+    if "maxGrowth" in settings:
+        out["trend"] = {**out.get("trend", {}), "maxGrowth": settings["maxGrowth"]}
+    if "poolingGain" in settings:
+        if settings["poolingGain"] > 0:
+            out["pooling"] = {**out.get("pooling", {}), "gain": settings["poolingGain"]}
+        else:
+            out.pop("pooling", None)
+    return out
+
+
+def prompt_spread(budget: ErrorBudgetParams, seen: float | None = None) -> float:
+    """The spread a budget counts its prompts by: as given, else as vLLM's prompt-length histogram shows it
+    (``seen``), else the heavy tail a workload not measured is counted by (``error_budget.PROMPT_LENGTH_SIGMA``)."""
+    if budget.prompt_length_sigma is not None:
+        return budget.prompt_length_sigma
+    return seen if seen is not None and usable(seen) and seen >= 0 else PROMPT_LENGTH_SIGMA

@@ -1,0 +1,271 @@
+"""``PredictivePolicy``: the mechanisms of this package put together, tick by tick (the package's docstring gives
+the rule)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics, usable
+from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE, TTFT_SLO
+from policies.predictive.budget import (
+    BudgetLedger,
+    ledger_window,
+    mean_beyond_prefill,
+    prefill_tail,
+    returned,
+)
+from policies.predictive.capacity import CapacityLearner
+from policies.predictive.forecast import TrendState, default_horizon
+from policies.predictive.headroom import LEARNED_SHARE, default_headroom
+from policies.predictive.params import ErrorBudgetParams, PredictiveParams, prompt_spread
+from policies.predictive.pooling import pooled_replicas
+from policies.predictive.rises import RiseHistory
+from policies.predictive.spending import HOUR_S, SpendingLoop
+from policies.replica_calculator import demand_in_replicas
+from policies.threshold import tolerance_for
+
+PROMPT_TOKENS = "prompt_tokens_per_second"  # the flow a learned capacity scales (policies.predictive.capacity)
+
+
+@dataclass
+class PredictiveState:
+    """What the policy remembers between ticks (and across a reload of its file): the demand's recent
+    samples for the trend, and with ``learnedHeadroom`` its past rises."""
+
+    trend: TrendState = field(default_factory=TrendState)
+    rises: RiseHistory | None = None
+    capacity: CapacityLearner = field(default_factory=CapacityLearner)
+    budget: BudgetLedger | None = None
+    hour: BudgetLedger | None = None  # the last hour's count, for the spending loop's burn
+    spending: SpendingLoop = field(default_factory=SpendingLoop)
+
+
+class PredictivePolicy:
+    type: ClassVar[str] = "predictive"
+    tuning_knob: ClassVar[str] = "headroom"  # what `simulate --tune` searches: the headroom over the demand
+    Params = PredictiveParams
+
+    def __init__(self, params: PredictiveParams, ctx: WorkloadContext) -> None:
+        self.params = params
+        self.ctx = ctx
+        self.state = PredictiveState()
+        self.tolerance = tolerance_for(ctx, params.tolerance)
+
+    @property
+    def trend_window(self) -> float:
+        if self.params.trend.window_seconds is not None:
+            return self.params.trend.window_seconds
+        return max(2 * self.horizon, 8 * self.ctx.interval)
+
+    @property
+    def headroom(self) -> float:
+        """The configured headroom; by default 0.6 at a horizon of 315 s, scaled with the square root of
+        the horizon: the longer a new replica takes, the further a wandering load can rise before it
+        serves, and the longer a step the headroom did not absorb keeps requests waiting, each of them
+        spending the SLO's miss budget. Below a horizon of 150 s (0.41) it shrinks no further: what the
+        fleet must absorb there is the noise of the one-minute signals themselves, which a faster start
+        does not shorten. Measured: docs/findings.md, "Measurements behind the code's defaults", ``predictive``."""
+        prior = self.prior_headroom
+        if self.params.learned_headroom is None or self.state.rises is None or prior <= 0:
+            return prior
+        blended = self.blended_headroom(prior)
+        return blended + max(prior - blended, 0.0) * self.budget_returned
+
+    @property
+    def budget_used(self) -> float | None:
+        """The share of the slo's error budget spent over the ledger's window; None without a ``budget`` (a
+        reload that removed it leaves the ledger behind, unread) or an slo."""
+        learned = self.params.learned_headroom
+        if learned is None or learned.budget is None or self.state.budget is None or self.ctx.slo is None:
+            return None
+        return self.state.budget.used(self.ctx.slo.target)
+
+    @property
+    def budget_returned(self) -> float:
+        """How far the learned headroom is handed back to the configured one (``error_budget.returned``); 0
+        without a ``budget`` or an slo."""
+        used = self.budget_used
+        return 0.0 if used is None else returned(used)
+
+    @property
+    def spending_scale(self) -> float:
+        """How much hotter than sized the budget's loop runs the fleet (``policies.predictive.spending``); 1 without
+        it."""
+        learned = self.params.learned_headroom
+        if learned is None or learned.budget is None or not learned.budget.spend or self.ctx.slo is None:
+            return 1.0
+        return self.state.spending.scale
+
+    @property
+    def prior_headroom(self) -> float:
+        """The configured headroom, or the default for the horizon."""
+        if self.params.headroom is not None:
+            return self.params.headroom
+        return default_headroom(self.horizon)
+
+    def blended_headroom(self, prior: float) -> float:
+        """With ``learnedHeadroom``: the prior, weighted as its ``priorSeconds`` of history, blended with
+        ``LEARNED_SHARE`` of the 90th-percentile rise within a horizon less one, weighted by the history the
+        rises span. The learned part is scaled as the prior is scaled from the horizon's default (a headroom
+        raised for a 99.9 % target raises it too) and held within [0, 2 x prior].
+
+        Off by default: it pays on long traces and misses on rare surges (docs/findings.md, "One trace is one
+        sample")."""
+        rises = self.state.rises
+        assert rises is not None
+        rise = rises.quantile()
+        if rise is None:
+            return prior
+        learned = LEARNED_SHARE * (rise - 1) * prior / default_headroom(self.horizon)
+        learned = min(max(learned, 0.0), 2 * prior)
+        assert self.params.learned_headroom is not None
+        weight = self.params.learned_headroom.prior_seconds
+        history = rises.seconds
+        return (prior * weight + learned * history) / (weight + history)
+
+    def resolved(self) -> dict[str, Any]:
+        """The settings this policy runs with, its defaults worked out (they follow the cold start); with
+        ``learnedHeadroom``, ``headroom`` is the prior and ``blendedHeadroom`` the headroom it holds now."""
+        settings: dict[str, Any] = {
+            "headroom": round(self.prior_headroom, 4),
+            "horizonSeconds": self.horizon,
+            "trend": {"windowSeconds": self.trend_window, "maxGrowth": self.params.trend.max_growth},
+        }
+        if self.params.learned_headroom is not None:
+            settings["blendedHeadroom"] = round(self.headroom, 4)  # as the history stands now
+        if (used := self.budget_used) is not None:
+            settings["budgetUsed"] = round(used, 4)
+        if self.spending_scale != 1.0 or (used is not None and self.params.learned_headroom.budget.spend):  # type: ignore[union-attr]
+            settings["spendingScale"] = round(self.spending_scale, 4)  # as the budget's loop holds it now
+        if self.learns:
+            settings["capacityFactor"] = round(self.state.capacity.factor, 4)  # as learned so far
+        return settings
+
+    @property
+    def history_seconds(self) -> float:
+        """How much of the past this policy's state is built from, what a starting daemon replays into it
+        (``autoscaler.warm_up``): what it needs tick by tick (``detail_seconds``), and with a ``budget`` the window
+        the budget is counted over (``error_budget.ledger_window``: the slo's, a day at least)."""
+        learned, slo = self.params.learned_headroom, self.ctx.slo
+        if learned is None or learned.budget is None or slo is None:
+            return self.detail_seconds
+        return max(self.detail_seconds, ledger_window(float(slo.window_seconds)))
+
+    @property
+    def detail_seconds(self) -> float:
+        """The recent part of ``history_seconds`` the state needs tick by tick: the trend's window and the rises'
+        memory. Before it, the budget's ledger alone reads the past, and a tick counts up to ``coarse_intervals``
+        of first tokens, so ``autoscaler.warm_up`` reads that part so much coarser: 1,620 ticks in place of 5,760
+        for an slo counted over a day with an hour's memory, the same misses counted (tests/test_warm_up.py)."""
+        learned = self.params.learned_headroom
+        return self.trend_window if learned is None else max(self.trend_window, learned.memory_seconds)
+
+    # The first tokens a tick counts: at most this many intervals' (a gap is not a rate held for an hour).
+    coarse_intervals: ClassVar[int] = 4
+
+    @property
+    def learns(self) -> bool:
+        """Whether the replica's prompt-token capacity is learned: the context carries a capacity only then
+        (``Workload.learns_capacity``, the one rule)."""
+        return self.ctx.capacity is not None
+
+    def _learn(self, observation: Observation) -> float:
+        """The learned factor on the prompt-token capacity after this tick's minute is judged (1 when not
+        learning): the load each ready replica carried against the TTFT quantile at the SLO's target."""
+        if not self.learns:
+            return 1.0
+        assert self.ctx.capacity is not None and self.ctx.slo is not None
+        ready = observation.ready_replicas
+        prompt = observation.value(PROMPT_TOKENS)
+        latency = observation.metrics.get(TTFT_SLO)
+        self.state.capacity.observe(
+            observation.now,
+            prompt / ready if prompt is not None and ready else None,
+            self.ctx.capacity.prompt_tokens_per_second,
+            latency if usable(latency) else None,
+            self.ctx.slo.ttft_seconds,
+            steady=ready is not None and ready >= observation.current_replicas,
+        )
+        return self.state.capacity.factor
+
+    def _count_budget(self, observation: Observation, budget: ErrorBudgetParams, details: dict[str, object]) -> None:
+        """Add this tick's first tokens and estimated misses to the ledger: the last minute's rates over the time
+        since the last tick (at most four intervals: a gap is not a minute's rate held for an hour)."""
+        slo = self.ctx.slo
+        if slo is None:
+            return
+        ledger = self.state.budget
+        window = ledger_window(float(slo.window_seconds))
+        if ledger is None or ledger.window != window:
+            self.state.budget = ledger = BudgetLedger(window)
+        firsts = observation.value(FIRST_TOKENS_RATE)
+        prompt = observation.value(PROMPT_TOKENS)
+        speed = budget.prefill_tokens_per_second
+        mean = mean_beyond_prefill(observation.value(TTFT_SECONDS_RATE), firsts, prompt, speed)
+        last = ledger.last
+        if mean is None or not firsts or prompt is None or (last is not None and observation.now <= last):
+            return
+        spread = prompt_spread(budget, observation.metrics.get(PROMPT_SPREAD))
+        tail = prefill_tail(slo.ttft_seconds, prompt / firsts / speed, spread)
+        elapsed = (
+            self.ctx.interval
+            if last is None
+            else min(observation.now - last, self.coarse_intervals * self.ctx.interval)
+        )
+        misses = ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
+        used = ledger.used(slo.target)
+        details.update(budget_used=round(used, 4), slo_first_tokens=firsts * elapsed, slo_misses=misses)
+        if budget.spend:
+            hour = self.state.hour = self.state.hour or BudgetLedger(HOUR_S)
+            hour.record(observation.now, firsts * elapsed, misses)
+            self.state.spending.update(observation.now, used, hour.used(slo.target))
+            details["spending_scale"] = round(self.state.spending.scale, 4)
+
+    @property
+    def horizon(self) -> float:
+        if self.params.horizon_seconds is not None:
+            return self.params.horizon_seconds
+        return default_horizon(self.ctx.cold_start_seconds, self.ctx.interval)
+
+    def recommend(self, observation: Observation) -> Proposal:
+        current = observation.current_replicas
+        present, missing = observed_metrics(self.ctx, observation)
+        factor = self._learn(observation)
+        demands = {
+            spec.name: demand_in_replicas(
+                spec, value / factor if spec.name == PROMPT_TOKENS else value, observation.capacity_basis
+            )
+            for spec, value in present
+        }
+        details: dict[str, object] = {"demand": demands, "missing": missing}
+        if self.learns:
+            details["capacity_factor"] = round(factor, 4)
+        if not demands:
+            return Proposal(None, "metrics-unavailable", details)
+        demand = max(demands.values())
+        self.state.trend.update(demand, observation.now, self.trend_window)
+        if (learned := self.params.learned_headroom) is not None:
+            rises = self.state.rises
+            if rises is None or not rises.fits(self.horizon, learned.memory_seconds):
+                self.state.rises = rises = RiseHistory(self.horizon, learned.memory_seconds)
+            rises.update(demand, observation.now)
+            if learned.budget is not None:
+                self._count_budget(observation, learned.budget, details)
+        growth = min(self.state.trend.growth(self.horizon, self.trend_window), self.params.trend.max_growth * demand)
+        forecast = demand + growth
+        headroom = self.headroom
+        unpooled = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
+        unpooled /= self.spending_scale
+        pooling = self.params.pooling
+        need = unpooled if pooling is None else pooled_replicas(unpooled, pooling.gain, pooling.replicas)
+        details.update(forecast=forecast, horizon=self.horizon, headroom=headroom, need=need)
+        small_rise = self.tolerance.up > 0 and 0 < need - current < self.params.min_rise_replicas
+        if current > 0 and (self.tolerance.within(need / current) or small_rise):
+            replicas = current
+        else:
+            replicas = math.ceil(need - 1e-9)
+        if (hold := missing_metric_hold(replicas, current, missing, details)) is not None:
+            return hold
+        return Proposal(replicas, "within-tolerance" if replicas == current else "steady", details)
