@@ -37,7 +37,7 @@ class WarmUp:
 
 def history_seconds(policy: Policy) -> float:
     """How much of the past a policy's state is built from (its ``history_seconds``; 0 when it keeps none)."""
-    return float(getattr(policy, "history_seconds", 0.0))
+    return float(policy.history_seconds)
 
 
 def spans(policy: Policy, interval: float) -> list[tuple[float, float, float]]:
@@ -45,8 +45,8 @@ def spans(policy: Policy, interval: float) -> list[tuple[float, float, float]]:
     its last ``detail_seconds`` (by default the whole history) a tick an ``interval`` apart, what is older
     ``coarse_intervals`` ticks apart; each wider where that would pass ``MAX_POINTS``."""
     seconds = history_seconds(policy)
-    detail = min(float(getattr(policy, "detail_seconds", seconds)), seconds)
-    coarse = int(getattr(policy, "coarse_intervals", 1)) * interval
+    detail = min(float(policy.detail_seconds), seconds)
+    coarse = int(policy.coarse_intervals) * interval
     parts = []
     if seconds > detail:
         parts.append((seconds, detail, max(coarse, (seconds - detail) / MAX_POINTS)))

@@ -76,17 +76,61 @@ class Proposal:
 
 
 class Policy(Protocol):
-    """The interface of a policy. Register an implementation in ``policies.registry``. A policy may also
-    declare ``tuning_knob``, the one setting ``simulate --tune`` searches (named as a policy file names it);
-    `--tune` refuses a policy without one, with a one-line error. A policy whose state is built from what it
-    has seen may declare ``history_seconds``, how far back that goes: a starting daemon passes that much of
-    Prometheus's history through ``recommend`` before its first decision (``autoscaler.warm_up``)."""
+    """The interface of a policy, every member of it; ``PolicyBase`` gives the optional ones their defaults, and
+    ``policies.registry`` puts it under a plug-in that does not subclass it, so callers never probe for one."""
 
     Params: ClassVar[type[BaseModel]]
     type: ClassVar[str]
+    tuning_knob: ClassVar[str | None]
+    coarse_intervals: ClassVar[int]
+    params: BaseModel | None
+    ctx: WorkloadContext | None
     state: Any
 
+    @property
+    def history_seconds(self) -> float: ...
+
+    @property
+    def detail_seconds(self) -> float: ...
+
+    def resolved(self) -> dict[str, Any]: ...
+
     def recommend(self, observation: Observation) -> Proposal: ...
+
+
+class PolicyBase:
+    """The optional members of a policy, with what they mean when a policy leaves them out.
+
+    * ``tuning_knob``: the one setting ``simulate --tune`` searches, named as a policy file names it; None: ``--tune``
+      refuses the policy with a one-line error.
+    * ``history_seconds``: how much of the past the policy's state is built from; a starting daemon passes that much
+      of Prometheus's history through ``recommend`` before its first decision (``autoscaler.warm_up``). 0: none.
+    * ``detail_seconds``: the recent part of it read a tick at a time; what is older is read ``coarse_intervals``
+      ticks apart. By default all of it, a tick at a time.
+    * ``resolved()``: the settings the policy runs with, its defaults worked out, for a report; by default none.
+    """
+
+    Params: ClassVar[type[BaseModel]]
+    type: ClassVar[str]
+    tuning_knob: ClassVar[str | None] = None
+    coarse_intervals: ClassVar[int] = 1
+    params: BaseModel | None = None
+    ctx: WorkloadContext | None = None
+    state: Any = None
+
+    @property
+    def history_seconds(self) -> float:
+        return 0.0
+
+    @property
+    def detail_seconds(self) -> float:
+        return self.history_seconds
+
+    def resolved(self) -> dict[str, Any]:
+        return {}
+
+    def recommend(self, observation: Observation) -> Proposal:
+        raise NotImplementedError
 
 
 def is_latency_quantile(spec: MetricSpec) -> bool:

@@ -36,7 +36,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
+from policies.base import Observation, PolicyBase, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
 from policies.replica_calculator import demand_in_replicas, metric_proposal
 from policies.spec import MetricSpec, StrictModel
 from policies.threshold import tolerance_for
@@ -69,10 +69,12 @@ class PIDState:
     proposed: int | None = None  # and the count it proposed
 
 
-class PIDPolicy:
+class PIDPolicy(PolicyBase):
     type: ClassVar[str] = "pid"
     tuning_knob: ClassVar[str] = "setpoint"  # what `simulate --tune` searches: the primary metric's setpoint
     Params = PIDParams
+    params: PIDParams
+    ctx: WorkloadContext
 
     def __init__(self, params: PIDParams, ctx: WorkloadContext) -> None:
         self.params = params

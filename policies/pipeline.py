@@ -74,8 +74,7 @@ class WorkloadDecider:
         """Use the replicas' real cold start from now on: the daemon's measurement under
         ``coldStartSeconds: auto``, or the simulated replicas' own."""
         self.ctx = replace(self.ctx, cold_start_seconds=seconds)
-        if hasattr(self.policy, "ctx"):
-            self.policy.ctx = self.ctx
+        self.policy.ctx = self.ctx
 
     def cold_start_measured(self, seconds: float | None = None) -> float | None:
         """Add a measured cold start (or none: re-apply what was measured, after a reload or a restart);

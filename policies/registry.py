@@ -1,6 +1,7 @@
 """Policies by ``policy.type``: the built-in three, plus any installed under the entry point group
 ``vllm_autoscaler.policies`` (``name = "package.module:PolicyClass"``, a class with ``type``, ``Params``,
-``__init__(params, ctx)``, ``state`` and ``recommend(observation)``)."""
+``__init__(params, ctx)``, ``state`` and ``recommend(observation)``; the optional members are ``PolicyBase``'s,
+whose defaults a plug-in that does not subclass it is given as it loads)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from policies.base import Policy, WorkloadContext
+from policies.base import Policy, PolicyBase, WorkloadContext
 from policies.pid import PIDPolicy
 from policies.predictive import PredictivePolicy
 from policies.threshold import ThresholdPolicy
@@ -29,10 +30,18 @@ def _load() -> tuple[dict[str, Any], dict[str, str]]:
         if entry.name in found or entry.name in broken:  # a plug-in cannot shadow a built-in
             continue
         try:
-            found[entry.name] = entry.load()
+            found[entry.name] = with_defaults(entry.load())
         except Exception as exc:  # whatever its import raises
             broken[entry.name] = f"{entry.value}: {type(exc).__name__}: {exc}"
     return found, broken
+
+
+def with_defaults(cls: Any) -> Any:
+    """A plug-in's class, under ``PolicyBase`` when it does not subclass it: what it leaves out takes the base's
+    default, so no caller probes a policy for an optional member."""
+    if isinstance(cls, type) and not issubclass(cls, PolicyBase):
+        return type(cls.__name__, (cls, PolicyBase), {"__module__": cls.__module__, "__doc__": cls.__doc__})
+    return cls
 
 
 def available() -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
+from policies.base import Observation, PolicyBase, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
 from policies.replica_calculator import Tolerance, metric_proposal
 from policies.spec import StrictModel
 
@@ -50,12 +50,14 @@ def hpa_proposal(ctx: WorkloadContext, observation: Observation, tolerance: Tole
     return Proposal(best, "within-tolerance" if all_within and best == current else "steady", details)
 
 
-class ThresholdPolicy:
+class ThresholdPolicy(PolicyBase):
     type: ClassVar[str] = "threshold"
     tuning_knob: ClassVar[str] = (
         "target"  # what `simulate --tune` searches: the first metric's target (the others scaled with it)
     )
     Params = ThresholdParams
+    params: ThresholdParams
+    ctx: WorkloadContext
 
     def __init__(self, params: ThresholdParams, ctx: WorkloadContext) -> None:
         self.params = params

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel
 
-from policies.base import Observation, Proposal
+from policies.base import Observation, PolicyBase, Proposal
 from policies.pipeline import WorkloadDecider
 from policies.policy_file import PolicyFile, Workload
 from simulations.replica_model import ReplicaModel
@@ -80,7 +80,7 @@ class _Params(BaseModel):
     utilization: float
 
 
-class FollowerPolicy:
+class FollowerPolicy(PolicyBase):
     """A policy of the simulator alone (it reads the trace): the fleet a ``need`` per tick asks for
     (``busiest_ahead``, ``minute_past``) at a ``utilization``."""
 
@@ -90,7 +90,7 @@ class FollowerPolicy:
     def __init__(self, need: np.ndarray, interval: float, utilization: float) -> None:
         self.need, self.interval, self.utilization = need, interval, utilization
         self.params = _Params(utilization=utilization)
-        self.state: Any = None
+        self.state = None
 
     def recommend(self, observation: Observation) -> Proposal:
         index = min(round(observation.now / self.interval), len(self.need) - 1)

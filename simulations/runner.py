@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
 from policies.base import Observation
 from policies.pipeline import WorkloadDecider
@@ -39,13 +38,11 @@ class Contender:
         if self.decider is None:
             return None
         policy = self.decider.policy
-        params = getattr(policy, "params", None)
+        params = policy.params
         settings: dict[str, Any] = (
-            params.model_dump(by_alias=True, exclude_none=True, mode="json") if isinstance(params, BaseModel) else {}
+            {} if params is None else params.model_dump(by_alias=True, exclude_none=True, mode="json")
         )
-        resolved = getattr(policy, "resolved", None)
-        if callable(resolved):
-            settings.update(resolved())
+        settings.update(policy.resolved())
         return settings
 
     def desired(self, fleet: Fleet, now: float) -> int:

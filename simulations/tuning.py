@@ -18,7 +18,7 @@ from simulations.traces import Trace
 
 def tuning_knob(policy_type: str) -> str:
     """The knob a policy declares (``tuning_knob`` on its class), so tuning hard-codes no policy's internals."""
-    knob = getattr(policy_class(policy_type), "tuning_knob", None)
+    knob = policy_class(policy_type).tuning_knob
     if not isinstance(knob, str):
         raise ValueError(f"policy type {policy_type!r} declares no tuning_knob, so --tune cannot tune it")
     return knob

@@ -7,7 +7,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from policies.base import Observation, Proposal, WorkloadContext, missing_metric_hold, observed_metrics, usable
+from policies.base import (
+    Observation,
+    PolicyBase,
+    Proposal,
+    WorkloadContext,
+    missing_metric_hold,
+    observed_metrics,
+    usable,
+)
 from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE, TTFT_SLO
 from policies.predictive.budget import (
     BudgetLedger,
@@ -42,10 +50,13 @@ class PredictiveState:
     spending: SpendingLoop = field(default_factory=SpendingLoop)
 
 
-class PredictivePolicy:
+class PredictivePolicy(PolicyBase):
     type: ClassVar[str] = "predictive"
     tuning_knob: ClassVar[str] = "headroom"  # what `simulate --tune` searches: the headroom over the demand
     Params = PredictiveParams
+    params: PredictiveParams
+    ctx: WorkloadContext
+    state: PredictiveState
 
     def __init__(self, params: PredictiveParams, ctx: WorkloadContext) -> None:
         self.params = params
