@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from autoscaler.cli.common import (
     EXIT_BAD_INPUT,
@@ -78,3 +79,15 @@ def cmd_record(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(f"recorded {outcome.rows} rows", file=sys.stderr)
     return EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    """The ``record`` command's arguments."""
+    p = sub.add_parser("record", help="range-query Prometheus into a recorded-metrics file for replay")
+    p.add_argument("--config", required=True, metavar="FILE")
+    p.add_argument("--start", required=True, metavar="T", help="Unix seconds, RFC 3339, or now-1h")
+    p.add_argument("--end", required=True, metavar="T")
+    p.add_argument("--step", metavar="S", help="seconds or a duration such as 15s (default: the interval)")
+    p.add_argument("--out", required=True, metavar="RECORDED.csv")
+    p.add_argument("--prometheus-url", metavar="URL", help="overrides the file and the environment")
+    p.set_defaults(func=cmd_record)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from autoscaler.cli.common import (
     EXIT_BAD_INPUT,
@@ -68,3 +69,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    """The ``replay`` command's arguments."""
+    p = sub.add_parser("replay", help="open-loop replay of recorded metrics through the decision code")
+    p.add_argument("--config", required=True, metavar="FILE")
+    p.add_argument("--metrics", required=True, metavar="RECORDED.csv")
+    p.add_argument("--out", metavar="DECISIONS.csv", help="default: standard output")
+    p.add_argument("--plot", metavar="FILE.png")
+    p.add_argument("-o", "--output", choices=["csv", "json"], default="csv", help="standard output's format")
+    p.set_defaults(func=cmd_replay)

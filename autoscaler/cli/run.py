@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from autoscaler.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, _error, _load, _settings
 
@@ -35,3 +36,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:  # the API server unreachable at start (a refused or dropped connection)
         _error(f"cannot reach the Kubernetes API: {str(exc).splitlines()[0][:200]}")
         return EXIT_FAILED
+
+
+def add_parser(sub: Any) -> None:
+    """The ``run`` command's arguments."""
+    p = sub.add_parser("run", help="the controller daemon")
+    p.add_argument("--config", required=True, metavar="FILE")
+    p.add_argument("--dry-run", action="store_true", help="decide and log, never write to the cluster")
+    p.add_argument("--once", action="store_true", help="one tick for every workload, then exit")
+    p.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube/config")
+    p.add_argument("--prometheus-url", metavar="URL", help="overrides the file and the environment")
+    p.set_defaults(func=cmd_run)

@@ -31,10 +31,15 @@ from autoscaler.cli.common import (
     EXIT_OK,
     QUIET,
     _error,
+    _finite,
+    _jobs,
     _load,
     _no_plotting,
     _note,
+    _seconds,
+    _seed,
     _unwritable,
+    _window,
     _write_failed,
 )
 
@@ -265,3 +270,77 @@ def _write_config(
         )
     print(f"vllm-autoscaler: wrote {best.policy} to {path}", file=sys.stderr)
     return EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    """The ``simulate`` command's arguments."""
+    p = sub.add_parser("simulate", help="closed-loop simulation of a vLLM fleet under a request trace")
+    p.add_argument("--config", metavar="FILE", help="policy file (default: a built-in Llama-3-70B workload)")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="request trace (default: a built-in synthetic day); without --config, the built-in targets are "
+        "sized for its requests by a load test",
+    )
+    p.add_argument("--format", choices=["azure", "mooncake", "burstgpt", "rate", "synthetic"])
+    p.add_argument("--out", metavar="REPORT.json")
+    p.add_argument("--plot", metavar="FILE.png")
+    p.add_argument("--tune", action="store_true", help="find each policy's cheapest setting that meets the SLO")
+    p.add_argument(
+        "--write-config",
+        metavar="POLICY.yaml",
+        help="write the policy file of the cheapest policy that met the SLO, with the setting it ran with "
+        "(tuned, with --tune), for `run`; exit 1 and write nothing if none met it",
+    )
+    p.add_argument(
+        "--record-metrics",
+        metavar="RECORDED.csv",
+        help="also write the simulated fleet's metrics under the workload's own policy, tick by tick, as "
+        "`record` writes them (for `replay`)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=_finite,
+        default=1.0,
+        help="2 = replay twice as fast (its load then changes twice as fast against the cold start)",
+    )
+    p.add_argument(
+        "--window",
+        type=_window,
+        metavar="START:END",
+        help="simulate only the requests that arrive in this part of the trace, timed from its first request "
+        "before --time-scale (7d:14d is its second week; :6h, 30d:)",
+    )
+    p.add_argument("--cold-start", type=_seconds, metavar="SECONDS", help="overrides coldStartSeconds (300, 5m)")
+    p.add_argument(
+        "--slo-ttft",
+        type=_seconds,
+        metavar="SECONDS",
+        help="time to first token beyond the request's own prefill (default: the file's slo.ttftSeconds, else 2); "
+        "without --config, a tighter SLO than 2 s for 99%% sizes the built-in targets by a load test",
+    )
+    p.add_argument(
+        "--slo-target",
+        type=_finite,
+        metavar="FRACTION",
+        help="share of requests (default: the file's slo.target, else 0.99)",
+    )
+    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument(
+        "--jobs", type=_jobs, metavar="N", help="worker processes for a long trace's runs (default: one per core)"
+    )
+    p.add_argument("--policy", action="append", metavar="TYPE", help="policy type to compare (repeatable)")
+    p.add_argument(
+        "--replica-file",
+        metavar="replica.yaml",
+        help="the replica `calibrate --out` fitted to your server (default: the built-in Llama-3-70B replica)",
+    )
+    p.add_argument(
+        "--replica", action="append", default=[], metavar="KEY=VALUE", help="replica model parameter (over the file)"
+    )
+    p.add_argument("--rate-scale", type=_finite, default=1.0, help="multiply a rate file's rates")
+    p.add_argument("--lengths-from", metavar="FILE", help="draw a rate file's request lengths from this trace")
+    p.add_argument(
+        "-o", "--output", choices=["table", "json"], default="table", help="json: the report, as --out writes it"
+    )
+    p.set_defaults(func=cmd_simulate)

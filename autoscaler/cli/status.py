@@ -80,3 +80,23 @@ def cmd_status(args: argparse.Namespace) -> int:
         records = {k: r for k, r in records.items() if r.workload in {w.key for w in document.workloads}}
     print(as_json(records) if args.output == "json" else table(records, wide=args.output == "wide"))
     return EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    """The ``status`` command's arguments."""
+    p = sub.add_parser("status", help="each workload's counts, metrics, last scale and cold start, from the cluster")
+    p.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube/config")
+    p.add_argument(
+        "--namespace",
+        help="the controller's namespace (default: the daemon's own, VLLM_AUTOSCALER_LEASE_NAMESPACE, else the "
+        "pod's, else vllm-autoscaler)",
+    )
+    p.add_argument("--config", metavar="FILE", help="show only this policy file's workloads")
+    p.add_argument(
+        "--url",
+        metavar="URL",
+        help="read a running daemon's /status (its metrics port) instead of the cluster's state: a dry-run daemon "
+        "writes no state",
+    )
+    p.add_argument("-o", "--output", choices=["table", "wide", "json"], default="table")
+    p.set_defaults(func=cmd_status)

@@ -102,3 +102,12 @@ def _signal_warnings(workload: Workload) -> list[str]:
         "max_num_seqs nothing waits while the time to first token grows inside the batch, and the KV gauge is the "
         "busiest replica's reservation; add prompt_tokens_per_second (docs/findings.md)"
     ]
+
+
+def add_parser(sub: Any) -> None:
+    """The ``validate`` command's arguments."""
+    p = sub.add_parser("validate", help="check a policy file; print each problem with its field path")
+    p.add_argument("--config", metavar="FILE")
+    p.add_argument("--print-schema", action="store_true", help="print the policy file's JSON Schema and exit")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_validate)
