@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +116,55 @@ def convert(document: dict[str, Any], as_is: bool = False) -> Conversion:
     kind = ref.get("kind", "Deployment")
     if kind not in ("Deployment", "StatefulSet"):
         raise KedaImportError(f"spec.scaleTargetRef.kind {kind!r}: only Deployment and StatefulSet are supported")
+    lo, hi, to_zero = _bounds(spec, warnings)
+    triggers = _Triggers(as_is, to_zero, lo, warnings)
+    for index, trigger in enumerate(spec.get("triggers") or []):
+        parse = TRIGGERS.get(str(trigger.get("type")))
+        if parse is None:
+            warnings.append(
+                f"spec.triggers[{index}]: type {trigger.get('type')!r} is not supported; only "
+                f"{', '.join(sorted(TRIGGERS))} triggers are converted"
+            )
+            continue
+        parse(triggers, index, trigger)
+    if not triggers.metrics:
+        raise KedaImportError("no prometheus trigger to convert")
+    servers = triggers.servers
+    if len(set(servers)) > 1:
+        warnings.append(
+            f"the triggers use several Prometheus servers ({', '.join(sorted(set(servers)))}); using {servers[0]}"
+        )
+    workload: dict[str, Any] = {
+        "target": {"kind": kind, "namespace": namespace, "name": ref["name"]},
+        "minReplicas": 0 if to_zero else lo,
+        "maxReplicas": hi,
+        "metrics": triggers.metrics,
+        "policy": {"type": "threshold", "tolerance": 0.1},
+    }
+    if to_zero:
+        chosen = triggers.activation or triggers.first
+        workload["activation"] = _activation(spec, chosen, len(spec.get("triggers") or []), warnings)
+    if ref.get("apiVersion") and ref["apiVersion"] != "apps/v1":
+        workload["target"]["apiVersion"] = ref["apiVersion"]
+    _carry_over(spec, meta, kind, workload, warnings)
+    policy: dict[str, Any] = {"interval": 15}
+    if servers:
+        policy["prometheus"] = {"url": servers[0]}
+    policy["workloads"] = [workload]
+    try:
+        parse_policy_document(policy, f"ScaledObject {namespace}/{name}")
+    except PolicyFileError as exc:
+        raise KedaImportError("the converted policy is invalid: " + "; ".join(exc.problems)) from None
+    warnings.append(
+        f"delete ScaledObject {namespace}/{name} (and its HPA keda-hpa-{name}) before running the "
+        "controller: it refuses targets that another autoscaler owns"
+    )
+    return Conversion(policy, warnings, triggers.corrections)
 
+
+def _bounds(spec: dict[str, Any], warnings: list[str]) -> tuple[int, int, bool]:
+    """``minReplicaCount``, ``maxReplicaCount`` and whether the ScaledObject goes to zero; what of its timing is
+    not mapped, said."""
     lo = int(spec.get("minReplicaCount", 0))  # KEDA's default is 0: a ScaledObject scales to zero unless told
     hi = int(spec.get("maxReplicaCount", 100))
     idle = spec.get("idleReplicaCount")
@@ -138,116 +187,126 @@ def convert(document: dict[str, Any], as_is: bool = False) -> Conversion:
             "spec.pollingInterval is not mapped: between 1 and N replicas the HPA re-read the metrics "
             "every 15 s; the policy ticks every `interval` (15 s)"
         )
+    return lo, hi, to_zero
 
-    metrics: list[dict[str, Any]] = []
+
+@dataclass
+class _Triggers:
+    """What the triggers add up to as they are parsed, one after another."""
+
+    as_is: bool
+    to_zero: bool
+    lo: int
+    warnings: list[str]
+    metrics: list[dict[str, Any]] = field(default_factory=list)
     activation: tuple[int, str, float] | None = None  # (trigger, its query, its activation threshold)
     first: tuple[int, str, float] | None = None
-    corrections: dict[str, list[str]] = {}
-    servers: list[str] = []
-    taken: set[str] = set()
-    for index, trigger in enumerate(spec.get("triggers") or []):
-        where = f"spec.triggers[{index}]"
-        if trigger.get("type") != "prometheus":
+    corrections: dict[str, list[str]] = field(default_factory=dict)
+    servers: list[str] = field(default_factory=list)
+    taken: set[str] = field(default_factory=set)
+
+
+def _prometheus(found: _Triggers, index: int, trigger: dict[str, Any]) -> None:
+    """A ``prometheus`` trigger as a metric, the article's two mistakes corrected unless ``as_is``, and what KEDA
+    did that this controller does not, said."""
+    where, warnings = f"spec.triggers[{index}]", found.warnings
+    md = trigger.get("metadata") or {}
+    query = " ".join(str(md.get("query", "")).split())
+    if not query:
+        raise KedaImportError(f"{where}.metadata.query is required")
+    if "threshold" not in md:
+        raise KedaImportError(f"{where}.metadata.threshold is required")
+    threshold = _number(md["threshold"], f"{where}.metadata.threshold")
+    metric_type = trigger.get("metricType", "AverageValue")
+    if metric_type not in ("AverageValue", "Value"):
+        warnings.append(f"{where}: metricType {metric_type!r} is not supported for external metrics; skipped")
+        return
+    if md.get("serverAddress"):
+        found.servers.append(str(md["serverAddress"]))
+    for key in ("activationThreshold", "activationTargetQueryValue"):
+        if key in md and not found.to_zero:
             warnings.append(
-                f"{where}: type {trigger.get('type')!r} is not supported; only prometheus triggers are converted"
+                f"{where}.metadata.{key} is not mapped: it decides KEDA's activation between 0 and 1 "
+                f"replicas, and this ScaledObject never goes below minReplicaCount {found.lo}"
             )
-            continue
-        md = trigger.get("metadata") or {}
-        query = " ".join(str(md.get("query", "")).split())
-        if not query:
-            raise KedaImportError(f"{where}.metadata.query is required")
-        if "threshold" not in md:
-            raise KedaImportError(f"{where}.metadata.threshold is required")
-        threshold = _number(md["threshold"], f"{where}.metadata.threshold")
-        metric_type = trigger.get("metricType", "AverageValue")
-        if metric_type not in ("AverageValue", "Value"):
-            warnings.append(f"{where}: metricType {metric_type!r} is not supported for external metrics; skipped")
-            continue
-        if md.get("serverAddress"):
-            servers.append(str(md["serverAddress"]))
-        for key in ("activationThreshold", "activationTargetQueryValue"):
-            if key in md and not to_zero:
-                warnings.append(
-                    f"{where}.metadata.{key} is not mapped: it decides KEDA's activation between 0 and 1 "
-                    f"replicas, and this ScaledObject never goes below minReplicaCount {lo}"
-                )
-            elif key in md and activation is None:
-                activation = (index, query, _number(md[key], f"{where}.metadata.{key}"))
-        if to_zero and first is None:
-            first = (index, query, 0.0)
-        for key in ("authModes", "namespace", "customHeaders", "unsafeSsl"):
-            if key in md:
-                warnings.append(
-                    f"{where}.metadata.{key} is not mapped; set Prometheus access in the policy file's "
-                    "`prometheus` block or the VLLM_AUTOSCALER_PROMETHEUS_* environment"
-                )
-        if trigger.get("authenticationRef"):
-            warnings.append(f"{where}.authenticationRef is not mapped; use prometheus.bearerTokenFile")
-        if str(md.get("ignoreNullValues", "true")).lower() == "true" and not any(
-            "ignoreNullValues" in w for w in warnings
-        ):
-            warnings.append(
-                "KEDA turned an empty result into 0 (ignoreNullValues); here it is 'no value', which "
-                "holds the count instead of scaling down during a Prometheus outage"
-            )
-        metric_name = _metric_name(
-            str(_query_name(query) or md.get("metricName") or trigger.get("name") or ""), index, taken
-        )
-        notes: list[str] = []
-        if not as_is and metric_type == "AverageValue" and KV_METRIC.search(query) and threshold <= 1:
-            metric_type = "Value"
-            notes.append(
-                f"metricType Value, not AverageValue: a KV-cache usage fraction is a level; under AverageValue "
-                f"{threshold:g} the HPA proposed at most ceil(1 / {threshold:g}) replicas whatever the load"
-            )
-        elif not as_is and metric_type == "AverageValue" and PER_POD_AVERAGE.search(query):
-            total = fleet_total(query)
-            if total is not None:
-                notes.append(
-                    f"the query sums over pods ({total}) where KEDA's averaged per pod ({query}): under "
-                    f"AverageValue {threshold:g} the HPA divides the value by the target, so the average "
-                    "under-scaled by the replica count (4 pods with 8 waiting each kept 4 replicas, not 16)"
-                )
-                query = total
-        if notes:
-            corrections[metric_name] = notes
-            warnings.extend(f"{where} ({metric_name}) corrected: {note}" for note in notes)
-        elif metric_type == "AverageValue" and PER_POD_AVERAGE.search(query):
-            warnings.append(
-                f"{where} ({metric_name}): the query averages per pod under an AverageValue target, so the HPA "
-                f"proposed ceil(average / {threshold:g}), not ceil(total / {threshold:g}): it under-scales by the "
-                "replica count (with 4 pods holding 8 waiting each it keeps 4 replicas where 16 were meant). "
-                "Query the total (sum) instead, or use metricType Value."
-            )
-        if metric_type == "AverageValue" and KV_METRIC.search(query) and threshold <= 1 and not notes:
-            warnings.append(
-                f"{where} ({metric_name}): a KV-cache usage fraction under an AverageValue target of {threshold:g} "
-                "proposes at most ceil(1 / threshold) replicas; a level like this wants metricType Value"
-            )
-        if "vllm:gpu_cache_usage_perc" in query:
-            warnings.append(
-                f"{where}: vllm:gpu_cache_usage_perc was removed in vLLM 0.12; the built-in "
-                "kv_cache_usage_perc metric reads both names"
-            )
-        metrics.append({"name": metric_name, "query": query, "target": {"type": metric_type, "value": threshold}})
-    if not metrics:
-        raise KedaImportError("no prometheus trigger to convert")
-    if len(set(servers)) > 1:
+        elif key in md and found.activation is None:
+            found.activation = (index, query, _number(md[key], f"{where}.metadata.{key}"))
+    if found.to_zero and found.first is None:
+        found.first = (index, query, 0.0)
+    _unmapped_access(md, trigger, where, warnings)
+    metric_name = _metric_name(
+        str(_query_name(query) or md.get("metricName") or trigger.get("name") or ""), index, found.taken
+    )
+    metric_type, query, notes = _corrected(query, metric_type, threshold, found.as_is)
+    if notes:
+        found.corrections[metric_name] = notes
+        warnings.extend(f"{where} ({metric_name}) corrected: {note}" for note in notes)
+    elif metric_type == "AverageValue" and PER_POD_AVERAGE.search(query):
         warnings.append(
-            f"the triggers use several Prometheus servers ({', '.join(sorted(set(servers)))}); using {servers[0]}"
+            f"{where} ({metric_name}): the query averages per pod under an AverageValue target, so the HPA "
+            f"proposed ceil(average / {threshold:g}), not ceil(total / {threshold:g}): it under-scales by the "
+            "replica count (with 4 pods holding 8 waiting each it keeps 4 replicas where 16 were meant). "
+            "Query the total (sum) instead, or use metricType Value."
+        )
+    if metric_type == "AverageValue" and KV_METRIC.search(query) and threshold <= 1 and not notes:
+        warnings.append(
+            f"{where} ({metric_name}): a KV-cache usage fraction under an AverageValue target of {threshold:g} "
+            "proposes at most ceil(1 / threshold) replicas; a level like this wants metricType Value"
+        )
+    if "vllm:gpu_cache_usage_perc" in query:
+        warnings.append(
+            f"{where}: vllm:gpu_cache_usage_perc was removed in vLLM 0.12; the built-in "
+            "kv_cache_usage_perc metric reads both names"
+        )
+    found.metrics.append({"name": metric_name, "query": query, "target": {"type": metric_type, "value": threshold}})
+
+
+TRIGGERS: dict[str, Callable[[_Triggers, int, dict[str, Any]], None]] = {"prometheus": _prometheus}
+"""One parser per trigger type, as KEDA keeps one per scaler."""
+
+
+def _unmapped_access(md: dict[str, Any], trigger: dict[str, Any], where: str, warnings: list[str]) -> None:
+    """What of a trigger's access to Prometheus, and of its empty-result rule, does not carry over."""
+    for key in ("authModes", "namespace", "customHeaders", "unsafeSsl"):
+        if key in md:
+            warnings.append(
+                f"{where}.metadata.{key} is not mapped; set Prometheus access in the policy file's "
+                "`prometheus` block or the VLLM_AUTOSCALER_PROMETHEUS_* environment"
+            )
+    if trigger.get("authenticationRef"):
+        warnings.append(f"{where}.authenticationRef is not mapped; use prometheus.bearerTokenFile")
+    if str(md.get("ignoreNullValues", "true")).lower() == "true" and not any("ignoreNullValues" in w for w in warnings):
+        warnings.append(
+            "KEDA turned an empty result into 0 (ignoreNullValues); here it is 'no value', which "
+            "holds the count instead of scaling down during a Prometheus outage"
         )
 
-    workload: dict[str, Any] = {
-        "target": {"kind": kind, "namespace": namespace, "name": ref["name"]},
-        "minReplicas": 0 if to_zero else lo,
-        "maxReplicas": hi,
-        "metrics": metrics,
-        "policy": {"type": "threshold", "tolerance": 0.1},
-    }
-    if to_zero:
-        workload["activation"] = _activation(spec, activation or first, len(spec.get("triggers") or []), warnings)
-    if ref.get("apiVersion") and ref["apiVersion"] != "apps/v1":
-        workload["target"]["apiVersion"] = ref["apiVersion"]
+
+def _corrected(query: str, metric_type: str, threshold: float, as_is: bool) -> tuple[str, str, list[str]]:
+    """The metric type and query with the article's mistakes corrected (unless ``as_is``), and what was."""
+    notes: list[str] = []
+    if not as_is and metric_type == "AverageValue" and KV_METRIC.search(query) and threshold <= 1:
+        metric_type = "Value"
+        notes.append(
+            f"metricType Value, not AverageValue: a KV-cache usage fraction is a level; under AverageValue "
+            f"{threshold:g} the HPA proposed at most ceil(1 / {threshold:g}) replicas whatever the load"
+        )
+    elif not as_is and metric_type == "AverageValue" and PER_POD_AVERAGE.search(query):
+        total = fleet_total(query)
+        if total is not None:
+            notes.append(
+                f"the query sums over pods ({total}) where KEDA's averaged per pod ({query}): under "
+                f"AverageValue {threshold:g} the HPA divides the value by the target, so the average "
+                "under-scaled by the replica count (4 pods with 8 waiting each kept 4 replicas, not 16)"
+            )
+            query = total
+    return metric_type, query, notes
+
+
+def _carry_over(
+    spec: dict[str, Any], meta: dict[str, Any], kind: str, workload: dict[str, Any], warnings: list[str]
+) -> None:
+    """The HPA behavior and the fallback, carried over; KEDA's pause annotations, said in this controller's."""
     behavior = ((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("behavior")
     if behavior:
         workload["behavior"] = behavior
@@ -268,19 +327,6 @@ def convert(document: dict[str, Any], as_is: bool = False) -> Conversion:
             f"the ScaledObject is paused at {annotations[KEDA_PAUSED_REPLICAS]} replicas: annotate the "
             f'{kind} with vllm-autoscaler.io/paused-replicas: "{annotations[KEDA_PAUSED_REPLICAS]}"'
         )
-    policy: dict[str, Any] = {"interval": 15}
-    if servers:
-        policy["prometheus"] = {"url": servers[0]}
-    policy["workloads"] = [workload]
-    try:
-        parse_policy_document(policy, f"ScaledObject {namespace}/{name}")
-    except PolicyFileError as exc:
-        raise KedaImportError("the converted policy is invalid: " + "; ".join(exc.problems)) from None
-    warnings.append(
-        f"delete ScaledObject {namespace}/{name} (and its HPA keda-hpa-{name}) before running the "
-        "controller: it refuses targets that another autoscaler owns"
-    )
-    return Conversion(policy, warnings, corrections)
 
 
 def _activation(
