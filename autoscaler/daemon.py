@@ -66,8 +66,29 @@ def _once(controller: Controller, elector: LeaderElector | None) -> int:
 
 
 def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once: bool) -> int:
-    api = api_client(settings.kubeconfig, settings.api_timeout_s)
+    """The daemon: built (``_controller``), then one tick (``--once``) or ticking until SIGTERM (``_serve``)."""
     stop = threading.Event()
+    controller, elector = _controller(config_path, document, settings, once, stop)
+    log.info(
+        "starting",
+        config=config_path,
+        workloads=sorted(controller.runtime),
+        dry_run=settings.dry_run,
+        once=once,
+        leader_election=elector is not None,
+        prometheus=settings.prometheus(document).url,
+    )
+    if once:
+        return _once(controller, elector)
+    return _serve(controller, elector, settings, stop)
+
+
+def _controller(
+    config_path: str, document: PolicyFile, settings: Settings, once: bool, stop: threading.Event
+) -> tuple[Controller, LeaderElector | None]:
+    """The controller on the real API server and Prometheus, its writes behind one fence (``authority``), and its
+    Lease's elector where it needs one."""
+    api = api_client(settings.kubeconfig, settings.api_timeout_s)
     elector = None
     telemetry = Telemetry()
     if leader_election_wanted(settings, once, settings.dry_run):
@@ -91,14 +112,10 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
         return elector.authority_left() if elector is not None else math.inf
 
     actuator: Actuator = KubernetesActuator(
-        api,
-        request_timeout=settings.api_timeout_s,
-        authority=authority,
-        stopping=stop,
+        api, request_timeout=settings.api_timeout_s, authority=authority, stopping=stop
     )
     if settings.dry_run:
         actuator = DryRunActuator(actuator)
-    source = PrometheusSource(settings.prometheus(document))
     store = (
         None
         if settings.dry_run
@@ -107,7 +124,7 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
     controller = Controller(
         config_path,
         document,
-        source,
+        PrometheusSource(settings.prometheus(document)),
         actuator,
         telemetry,
         time.time,
@@ -116,17 +133,12 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
         source_factory=lambda reloaded: PrometheusSource(settings.prometheus(reloaded)),
         install=f"{own_namespace(settings)}/{settings.lease_name}",
     )
-    log.info(
-        "starting",
-        config=config_path,
-        workloads=sorted(controller.runtime),
-        dry_run=settings.dry_run,
-        once=once,
-        leader_election=elector is not None,
-        prometheus=source.config.url,
-    )
-    if once:
-        return _once(controller, elector)
+    return controller, elector
+
+
+def _serve(controller: Controller, elector: LeaderElector | None, settings: Settings, stop: threading.Event) -> int:
+    """Tick every interval (the Lease renewed beside it) and serve ``/metrics``, health and ``/status`` until
+    SIGTERM or SIGINT; then a bounded shutdown (``_shut_down``)."""
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
@@ -138,7 +150,7 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
     server = HealthServer(
         settings.bind_address,
         settings.metrics_port,
-        telemetry.registry,
+        controller.telemetry.registry,
         controller.healthy,
         controller.ready,
         lambda: as_json(controller.records),
@@ -155,7 +167,6 @@ def run_daemon(config_path: str, document: PolicyFile, settings: Settings, once:
             coalesce=True,
             next_run_time=datetime.now(UTC),
         )
-
     idle = threading.Event()
     idle.set()
 
