@@ -11,8 +11,10 @@ WORKDIR /src
 COPY requirements.lock pyproject.toml README.md ./
 COPY autoscaler ./autoscaler
 COPY policies ./policies
-COPY simulations ./simulations
-RUN pip download --no-cache-dir --require-hashes --no-deps --dest /wheels -r requirements.lock \
+# The daemon and its command line alone: the simulator, the test kit and the bench stay in the source tree
+# (tests/test_daemon.py runs validate, run and status without them).
+RUN rm -rf autoscaler/testing autoscaler/bench.py \
+    && pip download --no-cache-dir --require-hashes --no-deps --dest /wheels -r requirements.lock \
     && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # Run stage: exactly the locked set installed (not the [sim] extra's plotting), then the daemon, nothing else.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_the_daemon_loads_no_simulation_module() -> None:
@@ -13,3 +14,34 @@ def test_the_daemon_loads_no_simulation_module() -> None:
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
     assert "simulations" not in done.stderr  # -X importtime's list of every module imported
+
+
+IMAGE = """
+import sys
+class Left:  # what the daemon's image leaves out (the Dockerfile)
+    def find_spec(self, name, path=None, target=None):
+        top = name.split(".")[0]
+        if top in ("simulations", "matplotlib") or name.startswith(("autoscaler.testing", "autoscaler.bench")):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Left())
+from autoscaler.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def _in_the_image(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", IMAGE, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_daemons_commands_run_without_the_simulator() -> None:
+    """The image holds the daemon and its command line: validate, run and status work there; simulate says in one
+    line that it needs the simulator."""
+    root = Path(__file__).resolve().parents[1]
+    valid = _in_the_image("validate", "--config", str(root / "deploy" / "examples" / "policies" / "slo.yaml"))
+    assert valid.returncode == 0, valid.stderr
+    assert _in_the_image("run", "--help").returncode == 0
+    status = _in_the_image("status", "--url", "http://127.0.0.1:1")
+    assert status.returncode == 1 and "cannot read http://127.0.0.1:1/status" in status.stderr
+    assert "Traceback" not in status.stderr
+    simulate = _in_the_image("simulate", "-q")
+    assert simulate.returncode == 1 and "needs the simulator" in simulate.stderr and "Traceback" not in simulate.stderr

@@ -98,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated:
         _error("terminated")
         return EXIT_TERMINATED
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "simulations" or args.debug:
+            raise
+        _error(f"{args.command} needs the simulator, which the daemon's image leaves out: pip install vllm-autoscaler")
+        return EXIT_FAILED
     except BrokenPipeError:  # `... | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
