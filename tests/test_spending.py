@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.predictive.spending import MOST_SCALE, SpendingLoop
+from policies.predictive.spending import MOST_SCALE, SpendingLoop, most
 
 
 def calm(loop: SpendingLoop, start: float, minutes: int) -> None:
@@ -43,3 +43,13 @@ def test_the_scale_stays_within_its_bounds() -> None:
     for step in range(40):
         loop.update(100_000.0 + step * 600, used=1.5, hour_burn=5.0)
     assert loop.scale == 1.0  # never cooler than sized
+
+
+def test_no_hotter_than_the_budget_earned() -> None:
+    """An hour into a day's window the loop may run 1.04 times hotter, half a day in 1.5 times: a calm first hour
+    has earned an hour's budget, not a day's."""
+    assert (most(1 / 24), most(0.5), most(1.0), most(3.0)) == pytest.approx((1 + 1 / 24, 1.5, 2.0, 2.0))
+    loop = SpendingLoop()
+    for tick in range(4 * 120):  # two calm hours
+        loop.update(tick * 15.0, used=0.1, hour_burn=0.1, earned=tick * 15.0 / 86_400)
+    assert 1.0 < loop.scale <= most(7200 / 86_400)

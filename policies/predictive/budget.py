@@ -149,6 +149,11 @@ class BudgetLedger:
             self.misses -= missed
 
     @property
+    def span(self) -> float:
+        """The seconds the entries cover, from the first to the last."""
+        return self.entries[-1][0] - self.entries[0][0] if self.entries else 0.0
+
+    @property
     def last(self) -> float | None:
         return self.entries[-1][0] if self.entries else None
 

@@ -231,7 +231,7 @@ class PredictivePolicy(PolicyBase):
         if budget.spend:
             hour = self.state.hour = self.state.hour or BudgetLedger(HOUR_S)
             hour.record(observation.now, firsts * elapsed, misses)
-            self.state.spending.update(observation.now, used, hour.used(slo.target))
+            self.state.spending.update(observation.now, used, hour.used(slo.target), ledger.span / ledger.window)
             details["spending_scale"] = round(self.state.spending.scale, 4)
 
     @property

@@ -10,6 +10,9 @@ loop's ``scale``: at 1 the fleet is as sized, at 1.25 it runs a quarter hotter.
 * **Cooler, at once.** When the last hour burned its share or more, or the window's budget is spent, ``scale``
   falls by ``BACKOFF`` at the next tick and again each ``STEP_S`` while it lasts; a step hotter waits a
   ``STEP_S`` after it.
+* No hotter than the budget earned so far (``most``): up to ``MOST_SCALE`` once the ledger spans the window, in
+  proportion before. On the built-in two-hour day of surges, a loop that could reach 1.34 in its calm first hour
+  met the next surge with too few replicas (95.6 % against 99 %).
 * Held within ``[LEAST_SCALE, MOST_SCALE]``: never cooler than sized. The count errs high on purpose (a count
   that errs low costs the SLO), so below the sizing the loop answered misses that were not there: on three
   recorded days it cost 1.37 times static-best where the sizing alone cost 1.06. What the sizing gets wrong the
@@ -42,9 +45,10 @@ class SpendingLoop:
     moved_at: float | None = None
     cooled_at: float | None = None
 
-    def update(self, now: float, used: float, hour_burn: float) -> str | None:
+    def update(self, now: float, used: float, hour_burn: float, earned: float = 1.0) -> str | None:
         """Move ``scale`` for the budget ``used`` over the window and the last hour's ``hour_burn`` (its misses over
-        the ones it was allowed); returns ``"hotter"``, ``"cooler"`` or None."""
+        the ones it was allowed), no hotter than the budget ``earned`` allows (``most``); returns ``"hotter"``,
+        ``"cooler"`` or None."""
         if hour_burn >= 1.0 or used >= 1.0:
             if self.cooled_at is not None and now - self.cooled_at < STEP_S:
                 return None
@@ -57,7 +61,16 @@ class SpendingLoop:
             if self.moved_at is None:  # the first step waits a STEP_S of evidence too
                 self.moved_at = now
                 return None
-            self.scale = min(MOST_SCALE, self.scale * (1 + STEP))
+            if self.scale >= most(earned):
+                return None
+            self.scale = min(most(earned), self.scale * (1 + STEP))
             self.moved_at = now
             return "hotter"
         return None
+
+
+def most(earned: float) -> float:
+    """The hottest the loop may run with ``earned`` of the window's budget counted (the share of the window its
+    ledger spans): a budget is earned as its traffic is counted, and an hour of calm at the start of a day has
+    earned an hour's, not a day's. Worked example: a day's window an hour in allows 1.04, half a day in 1.5."""
+    return 1.0 + (MOST_SCALE - 1.0) * min(max(earned, 0.0), 1.0)
