@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from kubernetes import client
 
 from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
@@ -17,7 +18,7 @@ from autoscaler.controller import Controller
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.telemetry import Telemetry
 from autoscaler.testing.kube import Kubelet, KubeServer, find_kube_dir, rbac_rules, service_account_user
-from autoscaler.testing.servers import PrometheusServer, Unavailable, VllmExporter
+from autoscaler.testing.servers import PrometheusServer, Unavailable, VllmExporter, wait_for
 from policies.policy_file import load_policy_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,3 +153,39 @@ def cluster(kube: KubeServer, tmp_path: Path) -> Iterator[Cluster]:
     kube.grant(namespace, (namespace, "autoscaler"), shipped_rules(), "shipped")
     yield Cluster(kube, namespace, "autoscaler", token, tmp_path)
     kube.delete_namespace(namespace)
+
+
+DAEMON_WORKLOAD = "vllm-llama3-70b"  # the Deployment the daemon's tests scale (tests/integration/daemon_kit.py)
+DAEMON_TESTS = ("test_daemon", "test_owners")
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+@pytest.fixture
+def loaded(cluster: Cluster, shared_metrics: tuple[VllmExporter, PrometheusServer]) -> PrometheusServer:
+    """Two pods with 10 waiting requests each: 20 in all, ten replicas' worth at a target of 2."""
+    exporter, prometheus = shared_metrics
+    exporter.set_pods(cluster.namespace, DAEMON_WORKLOAD, waiting=[10, 10], kv=[0.5, 0.5])
+    wait_for(
+        lambda: requests.get(
+            f"{prometheus.url}/api/v1/query",
+            params={"query": f'sum(vllm:num_requests_waiting{{namespace="{cluster.namespace}"}})'},
+        ).json()["data"]["result"],
+        30,
+        "the exporter's values in Prometheus",
+    )
+    return prometheus
+
+
+@pytest.fixture(scope="session")
+def keda_crd(kube: KubeServer) -> None:
+    """KEDA's ScaledObject CRD, the CRD only (no KEDA operator)."""
+    kube.kubectl("apply", "-f", str(FIXTURES / "keda-scaledobject-crd.yaml"))
+    kube.kubectl("wait", "--for=condition=Established", "crd/scaledobjects.keda.sh", "--timeout=30s")
+
+
+@pytest.fixture(autouse=True)
+def lease_in_the_test_namespace(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """The daemon's tests (test_daemon, test_owners) take the Lease in their own namespace."""
+    if request.module.__name__.rsplit(".", 1)[-1] in DAEMON_TESTS and "cluster" in request.fixturenames:
+        cluster: Cluster = request.getfixturevalue("cluster")
+        monkeypatch.setenv("VLLM_AUTOSCALER_LEASE_NAMESPACE", cluster.namespace)
