@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class Telemetry:
+    """Every series the daemon exports; the names are the contract the dashboard and the alert rules read."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -61,6 +63,12 @@ class Telemetry:
             ["workload", "metric", "reason"],
             registry=r,
         )
+        self._process(r)
+
+    def _process(self, r: CollectorRegistry) -> None:
+        """What is not per workload: the queries, the ticks, the Lease, the policy file; and the cold starts and
+        the slo's counted budget, per workload but read over time rather than tick by tick."""
+        labels = ["workload"]
         self.query_latency = Histogram(
             "vllm_autoscaler_metric_query_seconds",
             "Prometheus query latency",
