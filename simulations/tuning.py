@@ -157,29 +157,7 @@ def tune(
     if policy_type != "predictive":
         best = search(tuning_knob(policy_type), {})[1]
     else:
-        params = PredictiveParams.model_validate(policy_block(workload, policy_type))
-        extras_off = {"maxGrowth": 0.0, "minRiseReplicas": 0.0}
-        as_threshold = {"headroom": 0.0, **extras_off, **({"poolingGain": 0.0} if params.pooling is not None else {})}
-        threshold = ThresholdParams.model_validate(policy_block(workload, "threshold"))
-        if params.tolerance != threshold.tolerance:
-            as_threshold["tolerance"] = threshold.tolerance  # and threshold's band, or its decisions are another's
-        candidates: list[tuple[dict[str, float], RunResult]] = []
-        if params.pooling is not None:
-            # Pooling sizes a large fleet below its targets, which no target of threshold's does.
-            candidates.append(search("headroom", extras_off))
-        candidates.append(search("target", as_threshold))
-        # Tuned threshold also runs its targets as given, which no step of the bisection may land on.
-        candidates.append((as_threshold, attempt(as_threshold)))
-        setting, best = candidates[0]
-        for other_setting, other in candidates[1:]:
-            if cheaper(other, best):
-                setting, best = other_setting, other
-        for extra in ({"maxGrowth": params.trend.max_growth}, {"minRiseReplicas": params.min_rise_replicas}):
-            tried = {**setting, **extra}
-            if tried != setting:
-                result = attempt(tried)
-                if cheaper(result, best):
-                    setting, best = tried, result
+        best = _tune_predictive(workload, search, attempt, cheaper)
     # The setting given may fall between the ones tried, and attainment is not quite monotone in the knob
     # (the built-in day met the SLO at the default headroom, 0.6, and missed it at one tried just above):
     # tuning never reports a dearer setting than the one it was given. It runs as tuning names it, so that
@@ -187,6 +165,43 @@ def tune(
     doc, wl = policy_variant(document, workload, policy_block(workload, policy_type))
     as_given = attempt(given_setting(wl, policy_type, policy_contender(doc, wl, model).settings() or {}))
     return as_given if cheaper(as_given, best) else best
+
+
+Attempt = Callable[..., RunResult]
+
+
+def _tune_predictive(
+    workload: Workload,
+    search: Callable[[str, dict[str, float]], tuple[dict[str, float], RunResult]],
+    attempt: Attempt,
+    cheaper: Callable[[RunResult, RunResult], bool],
+) -> RunResult:
+    """``predictive``'s search, as ``tune``'s docstring tells it: its capacity searched as threshold's is (and its
+    headroom too with pooling), threshold's targets as given, then its trend and its hold as the file sets them."""
+    params = PredictiveParams.model_validate(policy_block(workload, "predictive"))
+    extras_off = {"maxGrowth": 0.0, "minRiseReplicas": 0.0}
+    as_threshold = {"headroom": 0.0, **extras_off, **({"poolingGain": 0.0} if params.pooling is not None else {})}
+    threshold = ThresholdParams.model_validate(policy_block(workload, "threshold"))
+    if params.tolerance != threshold.tolerance:
+        as_threshold["tolerance"] = threshold.tolerance  # and threshold's band, or its decisions are another's
+    candidates: list[tuple[dict[str, float], RunResult]] = []
+    if params.pooling is not None:
+        # Pooling sizes a large fleet below its targets, which no target of threshold's does.
+        candidates.append(search("headroom", extras_off))
+    candidates.append(search("target", as_threshold))
+    # Tuned threshold also runs its targets as given, which no step of the bisection may land on.
+    candidates.append((as_threshold, attempt(as_threshold)))
+    setting, best = candidates[0]
+    for other_setting, other in candidates[1:]:
+        if cheaper(other, best):
+            setting, best = other_setting, other
+    for extra in ({"maxGrowth": params.trend.max_growth}, {"minRiseReplicas": params.min_rise_replicas}):
+        tried = {**setting, **extra}
+        if tried != setting:
+            result = attempt(tried)
+            if cheaper(result, best):
+                setting, best = tried, result
+    return best
 
 
 def given_setting(workload: Workload, policy_type: str, settings: dict[str, Any]) -> dict[str, float]:
