@@ -309,30 +309,36 @@ def run(
             )
         ):
             return RunResult(
-                contender.name,
-                math.inf,
-                0.0,
-                None,
-                None,
-                None,
-                0,
-                trace.requests,
-                events,
-                max_replicas,
-                contender.tuned,
-                {},
-                abandoned=True,
-            )
+                contender.name, math.inf, 0.0, None, None, None, 0, trace.requests, events, max_replicas,
+                contender.tuned, {}, abandoned=True,
+            )  # fmt: skip
         if gpu_seconds_at_end is None and now > end:
             overshoot = now - end
             gpu_seconds_at_end = fleet.replica_seconds - fleet.existing * overshoot
     if gpu_seconds_at_end is None:
         gpu_seconds_at_end = fleet.replica_seconds
-    met = slo_met(fleet, slo_ttft)
     if timeline:
         series["ttft_beyond_prefill_p90"] = p90_by_arrival(
             ttft_beyond_prefill(fleet), fleet.arrival, np.asarray(series["t"])
         )
+    result = _result(trace, model, contender, fleet, slo_ttft, gpu_seconds_at_end, events, max_replicas)
+    result.timeline = series if timeline else {}
+    result.zero = zeros.figures(fleet, end) if zeros is not None else None
+    return result
+
+
+def _result(
+    trace: Trace,
+    model: ReplicaModel,
+    contender: Contender,
+    fleet: Fleet,
+    slo_ttft: float,
+    gpu_seconds: float,
+    events: int,
+    max_replicas: int,
+) -> RunResult:
+    """What a finished run cost and served, from its fleet's per-request record."""
+    met = slo_met(fleet, slo_ttft)
     served = ~np.isnan(fleet.first_token)
     ttft = (fleet.first_token - fleet.arrival)[served]
     waited = ~np.isnan(fleet.admitted)
@@ -340,7 +346,7 @@ def run(
     hits = None if trace.prefix is None else 1.0 - float(fleet.computed.sum() / fleet.prompt.sum())
     return RunResult(
         policy=contender.name,
-        gpu_hours=gpu_seconds_at_end * model.gpus_per_replica / 3600.0,
+        gpu_hours=gpu_seconds * model.gpus_per_replica / 3600.0,
         slo_attainment=float(met.sum()) / trace.requests,
         ttft_p50_s=_quantile(ttft, 0.5),
         ttft_p99_s=_quantile(ttft, 0.99),
@@ -350,10 +356,9 @@ def run(
         scale_events=events,
         max_replicas=max_replicas,
         tuned=contender.tuned,
-        timeline=series if timeline else {},
+        timeline={},
         settings=contender.settings(),
         prefix_cache_hits=hits,
-        zero=zeros.figures(fleet, end) if zeros is not None else None,
     )
 
 
