@@ -22,6 +22,7 @@ from policies.spec import Slo
 if TYPE_CHECKING:
     from simulations.compare import Comparison
     from simulations.replica_model import ReplicaModel
+    from simulations.traces import Trace
 
 from autoscaler.cli.common import (
     DEFAULT_SLO_TARGET,
@@ -57,66 +58,29 @@ class _StderrNote:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    """Parse, resolve the replica, the trace and the workload (``_resolved``), compare, and print and write what
+    was asked (``_emit``)."""
     from simulations import report as reporting
-    from simulations.builtin import BUILTIN_GROW_TO, sized_builtin, with_measured_capacity
+    from simulations.builtin import BUILTIN_GROW_TO
     from simulations.compare import DEFAULT_POLICY_TYPES, compare
-    from simulations.replica_model import parse_overrides
     from simulations.runner import long_run_hint
-    from simulations.traces import TraceError, load_trace
+    from simulations.traces import TraceError
 
     document = None
-    sizing: dict[str, Any] = {}  # how the built-in workload's targets were sized, for the report
     if args.config:
         document = _load(args.config)
         if document is None:
             return EXIT_BAD_INPUT
         if len(document.workloads) > 1:
             print(f"vllm-autoscaler: simulating the first workload, {document.workloads[0].key}", file=sys.stderr)
-    if (args.slo_target is not None and not 0 < args.slo_target <= 1) or (
-        args.slo_ttft is not None and args.slo_ttft <= 0
-    ):
-        _error("--slo-target must be in (0, 1] and --slo-ttft positive")
-        return EXIT_BAD_INPUT
-    args.slo_ttft, args.slo_target = _simulated_slo(args, document)
-    try:  # before any expensive work: an unknown --policy is said at once
-        for policy_type in args.policy or []:
-            policy_class(policy_type)
-    except KeyError as exc:
-        _error(exc.args[0])
-        return EXIT_BAD_INPUT
-    if args.cold_start is not None and args.cold_start < 0:
-        _error("--cold-start must be a number of seconds, 0 or more")
-        return EXIT_BAD_INPUT
-    if problem := _unwritable(args.out, args.plot, args.write_config, args.record_metrics) or _no_plotting(args.plot):
-        _error(problem)
-        return EXIT_BAD_INPUT
+    if (refused := _refused(args, document)) is not None:
+        return refused
     try:
-        cold = args.cold_start
-        if cold is None and document is not None and document.workloads[0].cold_start_seconds != "auto":
-            cold = document.workloads[0].cold_start_seconds
-        base = None
-        if args.replica_file:
-            from simulations.calibration import load_replica_file
-
-            base = load_replica_file(args.replica_file)
-        model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica], base)
-        trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
-        if args.window is not None:
-            trace = trace.window(*args.window)
-        if document is None:
-            document, sizing = sized_builtin(model, trace, args.slo_ttft, args.slo_target, _StderrNote())
-        elif document.workloads[0].needs_capacity:
-            document, sizing = with_measured_capacity(
-                document, model, trace, args.slo_ttft, args.slo_target, _StderrNote()
-            )
-        document = _with_slo(document, args.slo_ttft, args.slo_target)
+        model, trace, document, sizing = _resolved(args, document)
         workload = document.workloads[0]
-        if args.time_scale != 1.0:
-            trace = trace.scaled(args.time_scale)
         if hint := long_run_hint(trace, model):
             _note(hint)
         types = list(dict.fromkeys(args.policy or ([workload.policy_type] if args.config else DEFAULT_POLICY_TYPES)))
-        grow_to = None if args.config else BUILTIN_GROW_TO
         comparison = compare(
             trace,
             model,
@@ -126,7 +90,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             args.slo_target,
             args.tune,
             progress=not QUIET["on"],
-            grow_to=grow_to,
+            grow_to=None if args.config else BUILTIN_GROW_TO,
             workers=args.jobs,
         )
         if comparison.workload.max_replicas != workload.max_replicas:
@@ -144,6 +108,78 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     window = {} if args.window is None else {"window_s": list(args.window)}
     data = reporting.report(comparison, {"seed": args.seed, "time_scale": args.time_scale, **window, **sizing})
+    return _emit(args, data, comparison, document, model, types)
+
+
+def _refused(args: argparse.Namespace, document: PolicyFile | None) -> int | None:
+    """``EXIT_BAD_INPUT``, said in one line, for arguments that cannot run, before any expensive work; None when
+    they can (and the SLO resolved into ``args``)."""
+    if (args.slo_target is not None and not 0 < args.slo_target <= 1) or (
+        args.slo_ttft is not None and args.slo_ttft <= 0
+    ):
+        _error("--slo-target must be in (0, 1] and --slo-ttft positive")
+        return EXIT_BAD_INPUT
+    args.slo_ttft, args.slo_target = _simulated_slo(args, document)
+    try:  # an unknown --policy is said at once
+        for policy_type in args.policy or []:
+            policy_class(policy_type)
+    except KeyError as exc:
+        _error(exc.args[0])
+        return EXIT_BAD_INPUT
+    if args.cold_start is not None and args.cold_start < 0:
+        _error("--cold-start must be a number of seconds, 0 or more")
+        return EXIT_BAD_INPUT
+    if problem := _unwritable(args.out, args.plot, args.write_config, args.record_metrics) or _no_plotting(args.plot):
+        _error(problem)
+        return EXIT_BAD_INPUT
+    return None
+
+
+def _resolved(
+    args: argparse.Namespace, document: PolicyFile | None
+) -> tuple[ReplicaModel, Trace, PolicyFile, dict[str, Any]]:
+    """The replica (the file's cold start unless ``--cold-start``), the trace (its window, its time scale), and the
+    workload: the file's, sized from a load test where it gives only an SLO, or the built-in one sized for the
+    trace; with how it was sized, for the report."""
+    from simulations.builtin import sized_builtin, with_measured_capacity
+    from simulations.replica_model import parse_overrides
+    from simulations.traces import load_trace
+
+    cold = args.cold_start
+    if cold is None and document is not None and document.workloads[0].cold_start_seconds != "auto":
+        cold = document.workloads[0].cold_start_seconds
+    base = None
+    if args.replica_file:
+        from simulations.calibration import load_replica_file
+
+        base = load_replica_file(args.replica_file)
+    model = parse_overrides([*([f"cold_start_s={cold}"] if cold is not None else []), *args.replica], base)
+    trace = load_trace(args.trace, args.format, args.seed, args.rate_scale, args.lengths_from)
+    if args.window is not None:
+        trace = trace.window(*args.window)
+    sizing: dict[str, Any] = {}
+    if document is None:
+        document, sizing = sized_builtin(model, trace, args.slo_ttft, args.slo_target, _StderrNote())
+    elif document.workloads[0].needs_capacity:
+        document, sizing = with_measured_capacity(document, model, trace, args.slo_ttft, args.slo_target, _StderrNote())
+    document = _with_slo(document, args.slo_ttft, args.slo_target)
+    if args.time_scale != 1.0:
+        trace = trace.scaled(args.time_scale)
+    return model, trace, document, sizing
+
+
+def _emit(
+    args: argparse.Namespace,
+    data: dict[str, Any],
+    comparison: Comparison,
+    document: PolicyFile,
+    model: ReplicaModel,
+    types: list[str],
+) -> int:
+    """The report printed (a table, or ``-o json``) with the built-in low-traffic model beside the built-in day, then
+    each file asked for written; the exit status of ``--write-config`` when it was asked."""
+    from simulations import report as reporting
+
     if args.output != "json":
         print(reporting.table(data), flush=True)
     if _builtin_scenarios(args):
@@ -165,11 +201,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             reporting.plot(args.plot, comparison)
         if args.record_metrics:
             written = args.record_metrics
-            assert document is not None
             _record_simulated(args.record_metrics, document, comparison)
         if args.write_config:
             written = args.write_config
-            assert document is not None  # the file's, or the built-in one
             return _write_config(args.write_config, document, comparison, data, types)
     except OSError as exc:
         return _write_failed(exc, written)
