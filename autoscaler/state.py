@@ -124,17 +124,19 @@ class ConfigMapStateStore:
         """Write the records if their state changed (anything but the ``VOLATILE`` fields), or every ``HEARTBEAT_S``
         while only those did: a fleet that holds steady costs etcd no write a tick. A 409 or 404 (another writer, or
         a deletion) re-reads the ConfigMap; the next tick writes again."""
+        essential = {
+            k: r.model_dump_json(by_alias=True, exclude_none=True, exclude=VOLATILE) for k, r in records.items()
+        }
+        stamp = max((r.updated_at for r in records.values()), default=0.0)
+        if essential == self.essential and stamp - self.written_at < HEARTBEAT_S:
+            return  # the usual tick: one serialization of the state, none of the whole records
         data = {key: record.model_dump_json(by_alias=True, exclude_none=True) for key, record in records.items()}
         if sum(len(v) for v in data.values()) > MAX_BYTES:  # a very large fleet: keep the rest, drop the history
             data = {
                 key: record.model_copy(update={"behavior": {}}).model_dump_json(by_alias=True, exclude_none=True)
                 for key, record in records.items()
             }
-        essential = {
-            k: r.model_dump_json(by_alias=True, exclude_none=True, exclude=VOLATILE) for k, r in records.items()
-        }
-        stamp = max((r.updated_at for r in records.values()), default=0.0)
-        if data == self.written or (essential == self.essential and stamp - self.written_at < HEARTBEAT_S):
+        if data == self.written:
             return
         if self.authority is not None and self.authority() <= 0:
             log.info("state-fenced", detail="this process does not hold the Lease (or has not renewed it in time)")
