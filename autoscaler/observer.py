@@ -74,19 +74,16 @@ class Observer:
 
     def _custom_ages(self) -> None:
         """The selectors each custom query reads, for the one request a tick that dates them (``metrics.freshness``)."""
-        chosen: list[str] = []
+        chosen: dict[str, int] = {}  # each selector once, by its index in the dating query
         self.custom_selectors: dict[str, list[int]] = {}
         for query in self._custom_queries():
             found = selectors(query)
             if found is None:
                 log.warning("custom-query-age-unknown", query=query, detail="promql-parser cannot read it")
                 continue
-            for selector in found:
-                if selector not in chosen:
-                    chosen.append(selector)
-            self.custom_selectors[query] = [chosen.index(f) for f in found]
-        self.selector_names = chosen
-        self.custom_freshness = custom_freshness_query(chosen) if chosen else None
+            self.custom_selectors[query] = [chosen.setdefault(f, len(chosen)) for f in found]
+        self.selector_names = list(chosen)
+        self.custom_freshness = custom_freshness_query(self.selector_names) if chosen else None
 
     def requests_per_tick(self) -> int:
         fresh = (self.freshness is not None) + (self.custom_freshness is not None)
@@ -94,13 +91,13 @@ class Observer:
 
     def _dated(self, query: str, result: QueryResult, newest: dict[int, float], now: float) -> QueryResult:
         """A custom query's value held as stale when a selector it reads has no sample within ``stalenessSeconds``
-        (its newest is older); a selector with no sample at all is no evidence of age."""
+        (its newest is older)."""
         if not result.ok:
             return result
-        ages = [(now - newest[i], i) for i in self.custom_selectors.get(query, []) if i in newest]
-        if not ages or max(ages)[0] <= self.staleness:
+        dated = [(now - newest[i], i) for i in self.custom_selectors.get(query, []) if i in newest]
+        age, index = max(dated, default=(0.0, 0))  # the stalest selector; one with no sample is no evidence of age
+        if age <= self.staleness:
             return result
-        age, index = max(ages)
         selector = self.selector_names[index]
         detail = f"the newest sample of {selector} is {age:.0f} s old (stalenessSeconds {self.staleness:g})"
         return QueryResult(None, Failure.STALE, detail, latency_s=result.latency_s)
