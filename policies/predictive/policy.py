@@ -101,13 +101,16 @@ class PredictivePolicy(PolicyBase):
         return 0.0 if used is None else returned(used)
 
     @property
+    def spends(self) -> bool:
+        """Whether the budget's outer loop runs (``learnedHeadroom.budget.spend``, with an slo to count against)."""
+        learned = self.params.learned_headroom
+        return learned is not None and learned.budget is not None and learned.budget.spend and self.ctx.slo is not None
+
+    @property
     def spending_scale(self) -> float:
         """How much hotter than sized the budget's loop runs the fleet (``policies.predictive.spending``); 1 without
         it."""
-        learned = self.params.learned_headroom
-        if learned is None or learned.budget is None or not learned.budget.spend or self.ctx.slo is None:
-            return 1.0
-        return self.state.spending.scale
+        return self.state.spending.scale if self.spends else 1.0
 
     @property
     def prior_headroom(self) -> float:
@@ -148,7 +151,7 @@ class PredictivePolicy(PolicyBase):
             settings["blendedHeadroom"] = round(self.headroom, 4)  # as the history stands now
         if (used := self.budget_used) is not None:
             settings["budgetUsed"] = round(used, 4)
-        if self.spending_scale != 1.0 or (used is not None and self.params.learned_headroom.budget.spend):  # type: ignore[union-attr]
+        if used is not None and self.spends:
             settings["spendingScale"] = round(self.spending_scale, 4)  # as the budget's loop holds it now
         if self.learns:
             settings["capacityFactor"] = round(self.state.capacity.factor, 4)  # as learned so far
