@@ -105,10 +105,16 @@ class PrometheusConfig(StrictModel):
     @classmethod
     def _a_url(cls, value: str) -> str:
         """Parsed, not just a string: a reload with ``not a url`` would leave every workload holding."""
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http(s) URL with a host")
-        return value
+        return http_url(value)
+
+
+def http_url(value: str) -> str:
+    """``value`` if it is an http(s) URL with a host, else ``ValueError`` saying so: Prometheus's address, or a
+    daemon's that ``status --url`` reads."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL with a host")
+    return value
 
 
 class Workload(StrictModel):

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from autoscaler.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, _error, _load, _settings
+from policies.policy_file import http_url
 
 
 def _status_from_daemon(url: str) -> dict[str, Any] | None:
@@ -23,7 +24,7 @@ def _status_from_daemon(url: str) -> dict[str, Any] | None:
     try:
         with urlopen(address, timeout=10) as response:
             body = json.loads(response.read())
-        return {f"{r.workload}": r for r in (WorkloadRecord.model_validate(w) for w in body["workloads"])}
+        return {r.workload: r for r in (WorkloadRecord.model_validate(w) for w in body["workloads"])}
     except (URLError, OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
         _error(
             f"cannot read {address}: {str(exc).splitlines()[0][:200]} (the daemon's --metrics-port, e.g. "
@@ -45,8 +46,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if settings is None:
         return EXIT_BAD_INPUT
     if args.url is not None:
-        if not args.url.startswith(("http://", "https://")):
-            _error(f"--url: {args.url!r} is not an http(s) address")
+        try:
+            http_url(args.url)
+        except ValueError as exc:
+            _error(f"--url: {exc}")
             return EXIT_BAD_INPUT
         served = _status_from_daemon(args.url)
         if served is None:
