@@ -331,7 +331,8 @@ class KubernetesActuator:
         self, namespace: str, max_age_s: float
     ) -> tuple[list[tuple[Owner, dict[str, Any]]], tuple[str, ...]]:
         """Every autoscaler in ``namespace`` with the ref it targets, and why a list failed. A complete answer
-        is used for up to ``max_age_s``; a failed one never is, so the next tick asks again. A custom
+        is used for up to ``max_age_s``; a failed one never stands for "no owners": it is remembered as a failure
+        for its backoff (``_read``) and asked again after it. A custom
         resource whose API is not served (404) is "not installed", not a failure."""
         cached = self._owners.get(namespace)
         now = self.clock()
