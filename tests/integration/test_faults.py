@@ -293,18 +293,23 @@ def holder_at(changes: list[tuple[float, str]], at: float) -> str:
     return holder
 
 
+def _election(duration: float, renew: float, retry: float) -> dict[str, str]:
+    """A daemon's environment for leader election with this Lease duration, renew deadline and retry period."""
+    return {
+        "VLLM_AUTOSCALER_LEADER_ELECT": "true",
+        "VLLM_AUTOSCALER_LEASE_DURATION_S": f"{duration:g}",
+        "VLLM_AUTOSCALER_RENEW_DEADLINE_S": f"{renew:g}",
+        "VLLM_AUTOSCALER_RETRY_PERIOD_S": f"{retry:g}",
+    }
+
+
 def test_the_leader_killed_while_another_waits(
     target: Cluster, exporter: VllmExporter, prometheus: PrometheusServer
 ) -> None:
     exporter.set_pods(target.namespace, NAME, waiting=[2, 2])
     path = target.workdir / "policy.json"
     path.write_text(policy(prometheus.url, target.namespace))
-    election = {
-        "VLLM_AUTOSCALER_LEADER_ELECT": "true",
-        "VLLM_AUTOSCALER_LEASE_DURATION_S": "3",
-        "VLLM_AUTOSCALER_RENEW_DEADLINE_S": "2",
-        "VLLM_AUTOSCALER_RETRY_PERIOD_S": "0.5",
-    }
+    election = _election(duration=3, renew=2, retry=0.5)
     first = Daemon(target, path, "first", **election)
     wait_for(lambda: holder_at(lease_holders(target), time.time() + 1) == "first", 30, "the first daemon to lead")
     second = Daemon(target, path, "second", **election)
@@ -396,12 +401,7 @@ def test_sigterm_while_prometheus_answers_late_ends_within_ten_seconds(
         document["prometheus"]["timeout"] = 30
         path = target.workdir / "policy.json"
         path.write_text(json.dumps(document))
-        election = {
-            "VLLM_AUTOSCALER_LEADER_ELECT": "true",
-            "VLLM_AUTOSCALER_LEASE_DURATION_S": "15",
-            "VLLM_AUTOSCALER_RENEW_DEADLINE_S": "10",
-            "VLLM_AUTOSCALER_RETRY_PERIOD_S": "1",
-        }
+        election = _election(duration=15, renew=10, retry=1)
         daemon = Daemon(target, path, "daemon", **election)
         wait_for(lambda: holder_at(lease_holders(target), time.time() + 1) == "daemon", 30, "the daemon to lead")
         wait_for(lambda: b'"decision"' in daemon.log.read_bytes(), 30, "a decision")

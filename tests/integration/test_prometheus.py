@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from autoscaler.cli import main
 from autoscaler.metrics.prometheus import PrometheusSource
-from autoscaler.metrics.source import Failure
+from autoscaler.metrics.source import Failure, QueryResult
 from autoscaler.observer import Observer
 from autoscaler.testing.servers import PrometheusServer, VllmExporter, wait_for
 from autoscaler.warm_up import warm_up
@@ -375,6 +375,20 @@ def test_batched_queries_equal_each_workloads_default_query(
         assert values[TTFT_SECONDS_RATE] / values[FIRST_TOKENS_RATE] == pytest.approx(0.4, rel=0.01)  # type: ignore[operator]
 
 
+def _until_stale(observer: Observer, workload: str, metric: str, what: str) -> QueryResult:
+    """Poll until ``workload``'s ``metric`` is held as stale; that failure."""
+    found: dict[str, QueryResult] = {}
+
+    def stale() -> bool:
+        failure = observer.collect(time.time())[workload].failures.get(metric)
+        if failure is not None and failure.failure == Failure.STALE:
+            found["failure"] = failure
+        return "failure" in found
+
+    wait_for(stale, 30, what)
+    return found["failure"]
+
+
 def test_a_frozen_exporters_old_samples_are_stale(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
     """An exporter whose samples carry a timestamp 205 s old: Prometheus's instant query stamps the values with
     the evaluation time, but their own timestamps say how old they are, and a 30 s ``stalenessSeconds`` holds
@@ -397,12 +411,7 @@ def test_a_frozen_exporters_old_samples_are_stale(exporter: VllmExporter, promet
     # (Set after: a Prometheus whose storage holds no sample yet refuses ones older than its start.)
     exporter.set_pods(NS, frozen, waiting=[8, 8], stamped_at=time.time() - 205)
 
-    def stale() -> bool:
-        failure = observer.collect(time.time())[f"{NS}/{frozen}"].failures.get("num_requests_waiting")
-        return failure is not None and failure.failure == Failure.STALE
-
-    wait_for(stale, 30, "the frozen samples held as stale")
-    failure = observer.collect(time.time())[f"{NS}/{frozen}"].failures["num_requests_waiting"]
+    failure = _until_stale(observer, f"{NS}/{frozen}", "num_requests_waiting", "the frozen samples held as stale")
     assert "s old" in failure.detail and "stalenessSeconds 30" in failure.detail
     raw = PrometheusSource(document.prometheus).query_one(
         f'sum(vllm:num_requests_waiting{{namespace="{NS}",pod=~"{frozen}-.*"}})', time.time()
@@ -436,13 +445,10 @@ def test_a_custom_query_over_frozen_samples_is_stale(exporter: VllmExporter, pro
     _until(observer, "waiting", 8.0, "the fresh workload's values")
     exporter.set_pods(NS, frozen, waiting=[8, 8], stamped_at=time.time() - 205)
 
-    def stale() -> bool:
-        failure = observer.collect(time.time())[f"{NS}/{frozen}"].failures.get("waiting")
-        return failure is not None and failure.failure == Failure.STALE
-
-    wait_for(stale, 30, "the frozen samples behind the custom query held as stale")
+    failure = _until_stale(
+        observer, f"{NS}/{frozen}", "waiting", "the frozen samples behind the custom query held as stale"
+    )
     observed = observer.collect(time.time())
-    failure = observed[f"{NS}/{frozen}"].failures["waiting"]
     assert "vllm:num_requests_waiting" in failure.detail and "stalenessSeconds 30" in failure.detail
     assert observed[f"{NS}/{NAME}"].values["waiting"] is not None  # fresh beside it
 
