@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies.pipeline import Reason
+
 Status = Literal["True", "False", "Unknown"]
 TYPES = ("AbleToScale", "ScalingActive", "ScalingLimited")
 
@@ -63,7 +65,7 @@ def _able(line: dict[str, Any]) -> tuple[Status, str, str] | None:
     if "desired" not in line:
         return None
     stabilized, recommended = line.get("stabilized"), line.get("recommended")
-    if reason == "stabilized" and stabilized is not None and recommended is not None:
+    if reason == Reason.STABILIZED and stabilized is not None and recommended is not None:
         if recommended < stabilized:
             return "True", "ScaleDownStabilized", "recent recommendations were higher than the current one"
         return "True", "ScaleUpStabilized", "recent recommendations were lower than the current one"
@@ -72,14 +74,14 @@ def _able(line: dict[str, Any]) -> tuple[Status, str, str] | None:
 
 def _active(line: dict[str, Any]) -> tuple[Status, str, str] | None:
     reason = line.get("reason")
-    if reason in ("metrics-unavailable", "fallback"):
+    if reason in (Reason.METRICS_UNAVAILABLE, Reason.FALLBACK):
         failures = line.get("metric_failures") or {}
         why = "; ".join(f"{name}: {what}" for name, what in sorted(failures.items())) or "no usable metric value"
-        fallback = " (holding the fallback count)" if reason == "fallback" else ""
+        fallback = " (holding the fallback count)" if reason == Reason.FALLBACK else ""
         return "False", "FailedGetExternalMetric", f"cannot compute the replica count{fallback}: {why}"
-    if reason == "scaling-disabled":
+    if reason == Reason.SCALING_DISABLED:
         return "False", "ScalingDisabled", "scaling is disabled since the replica count of the target is zero"
-    if reason == "scaled-to-zero":
+    if reason == Reason.SCALED_TO_ZERO:
         return "False", "ScaledToZero", "idle: at zero until the activation signal wakes it"
     if reason == "warming-up":
         return "False", "WarmingUp", "reading the metrics' history before the first decision"
@@ -94,18 +96,22 @@ def _active(line: dict[str, Any]) -> tuple[Status, str, str] | None:
 
 
 def _limited(line: dict[str, Any], lo: int, hi: int) -> tuple[Status, str, str] | None:
-    if "desired" not in line or line.get("reason") in ("metrics-unavailable", "scaling-disabled", "scaled-to-zero"):
+    if "desired" not in line or line.get("reason") in (
+        Reason.METRICS_UNAVAILABLE,
+        Reason.SCALING_DISABLED,
+        Reason.SCALED_TO_ZERO,
+    ):
         return None
     recommended, desired, stabilized = line.get("recommended"), line["desired"], line.get("stabilized")
     if recommended is not None and recommended > hi:
         return "True", "TooManyReplicas", f"the desired replica count is more than the maximum replica count ({hi})"
     if recommended is not None and recommended < lo:
         return "True", "TooFewReplicas", f"the desired replica count is less than the minimum replica count ({lo})"
-    if line.get("reason") == "bounds":  # the count itself was outside them
+    if line.get("reason") == Reason.BOUNDS:  # the count itself was outside them
         if desired >= hi:
             return "True", "TooManyReplicas", f"the current replica count is more than the maximum ({hi})"
         return "True", "TooFewReplicas", f"the current replica count is less than the minimum ({lo})"
-    if line.get("reason") == "rate-limited" and stabilized is not None:
+    if line.get("reason") == Reason.RATE_LIMITED and stabilized is not None:
         if stabilized > desired:
             return "True", "ScaleUpLimit", "the desired replica count is increasing faster than the maximum scale rate"
         return "True", "ScaleDownLimit", "the desired replica count is decreasing faster than the maximum scale rate"
