@@ -115,9 +115,9 @@ What the runs found ({"the same in every run" if same else "the last run's; the 
 |---|---|---|---|
 {rows}
 """
-    out = ROOT / "docs" / "results" / f"{args.date}-simulate-speed.md"
-    out.write_text(text)
-    print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
+    path = ROOT / "docs" / "results" / f"{args.date}-simulate-speed.md"
+    path.write_text(text)
+    print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -58,3 +58,34 @@ def test_the_readme_is_for_users() -> None:
     assert len(text.splitlines()) <= 200
     assert not re.search(r"\b[0-9a-f]{7,40}\b", text), "the README quotes no commit hashes"
     assert text.splitlines()[3] == "pip install . && vllm-autoscaler simulate"
+
+
+DECISIONS = ROOT / "docs" / "decisions"
+RESULTS = ROOT / "docs" / "results"
+
+
+def test_the_evidence_is_decision_records_not_a_notebook() -> None:
+    """No notebook: every default has a record that states its rule and how to measure it again."""
+    assert not (ROOT / "docs" / "findings.md").exists()
+    for record in sorted(DECISIONS.glob("*.md")):
+        if record.name == "README.md":
+            continue
+        text = record.read_text(encoding="utf-8")
+        for part in ("**Rule.**", "**Default.**", "**Why.**", "**Rerun.**"):
+            assert part in text, f"docs/decisions/{record.name} has no {part}"
+        assert record.name in (DECISIONS / "README.md").read_text(encoding="utf-8"), f"{record.name} is not indexed"
+
+
+def test_every_report_kept_is_cited_by_a_record() -> None:
+    cited = "\n".join(p.read_text(encoding="utf-8") for p in DECISIONS.glob("*.md"))
+    for report in sorted(RESULTS.glob("20*.md")):
+        assert f"../results/{report.name}" in cited, f"docs/results/{report.name} is cited by no decision record"
+
+
+def test_no_product_docstring_names_an_issue_or_the_notebook() -> None:
+    for package in ("autoscaler", "policies", "simulations"):
+        for source in sorted((ROOT / package).rglob("*.py")):
+            text = source.read_text(encoding="utf-8")
+            where = source.relative_to(ROOT)
+            assert not re.search(r"\b[Ii]ssue #?\d+", text), f"{where} names an issue number"
+            assert "findings.md" not in text, f"{where} links the notebook"

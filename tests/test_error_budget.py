@@ -113,7 +113,7 @@ def test_the_ledger_keeps_one_window_of_first_tokens_and_misses() -> None:
 def test_a_minute_counts_its_misses_from_its_whole_mean() -> None:
     """Light minutes miss too at a tight SLO (a request behind a long prompt), so no delay is taken off the mean
     as one every request pays: a floor under it hid those misses and the default missed the SLO at 1 s
-    (docs/findings.md, "The floor taken out: light minutes miss at a tight SLO")."""
+    (docs/decisions/error-budget-count.md)."""
     ledger = BudgetLedger(window=86_400.0)
     for i in range(20):
         ledger.count(i * 15.0, 100.0, 0.07 if i % 4 == 0 else 0.15, 1.0, 0.26)

@@ -1,6 +1,6 @@
-"""A policy judged on a set of traces, not on one: ``python -m simulations.matrix`` (from the repository root).
+"""A policy judged on a set of traces, not on one: ``python -m lab.matrix`` (from the repository root).
 
-One trace is one sample (docs/findings.md, "One trace is one sample"): a default that meets the SLO by a few requests
+One trace is one sample (docs/decisions/predictive-headroom.md): a default that meets the SLO by a few requests
 on the built-in day misses it on the next day of the same traffic. This benchmark runs, on every scenario of
 a set, the built-in workload's default ``predictive`` and a variant of it (``--set key=value``, the policy
 block's parameters, as in a policy file; ``--behavior JSON``, the workload's behavior), against the fixed
@@ -25,7 +25,7 @@ fleet that meets the SLO there (``static-best``), each scenario sized and search
 * ``tight``: recorded traffic under SLOs tighter than the 2 s the built-in targets are sized for: ServeGen days 3
   (at 60 s), 7 (300 s), 11 and 13 (120 s) and the Azure hour (120 s) at 1 s, ServeGen day 5 at 1.5 s (300 s): 6
   scenarios. The check's SLOs are not named, and at 1 s a light minute's rare miss behind a long prompt is a
-  larger share of the budget (docs/findings.md, "The floor taken out: light minutes miss at a tight SLO").
+  larger share of the budget (docs/decisions/error-budget-count.md).
 
 ``--replica KEY=VALUE`` runs every scenario of the set on another replica model (``simulate --replica``'s keys),
 sized and cached apart.
@@ -33,8 +33,8 @@ sized and cached apart.
 ``--check`` also runs keda-sum, the clairvoyant and the ``reactive`` follower (``clairvoyant.reactive``: the work
 of the minute just past, told exactly, at its cheapest utilization), and judges the default, the variant and the
 follower by issue 36's check (``check_failures``): where the follower fails it too, no rule that sizes the
-fleet in proportion to the present load passes (docs/findings.md, "What only a forecast can save: the reactive
-follower"). ``--reactive-at U`` also runs that follower told one utilization ``U`` for every scenario, no search:
+fleet in proportion to the present load passes (docs/decisions/baselines.md). ``--reactive-at U`` also runs that
+follower told one utilization ``U`` for every scenario, no search:
 what a margin known before the traffic, the same on every run, gives (``reactive_fixed``).
 
 The built-in document, the fixed fleet's search and the default's run of each scenario are cached in
@@ -480,7 +480,7 @@ def _setting(text: str) -> tuple[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulations.matrix", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.matrix", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--set",
         dest="settings",
@@ -632,7 +632,7 @@ def write_report(
         cells += ["; ".join(check_failures(row, targets[row["scenario"]], p)) or "pass" for p in judged]
         lines.append(f"| {row['scenario']} | {static} | " + " | ".join(cells) + " |")
     lines += ["", f"Summary: `{json.dumps(summary(rows, targets))}`"]
-    command = " ".join(["python -m simulations.matrix", *argv])
+    command = " ".join(["python -m lab.matrix", *argv])
     name = f"matrix-{args.scenarios}" + (f"-{args.label}" if args.label else "")
     return write_dated(folder, name, "The policy matrix", command, lines)
 

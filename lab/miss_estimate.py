@@ -1,13 +1,13 @@
-"""Whether a fleet's SLO misses can be counted from what vLLM exports: ``python -m simulations.miss_estimate``
+"""Whether a fleet's SLO misses can be counted from what vLLM exports: ``python -m lab.miss_estimate``
 (from the repository root).
 
 Issue 36 asks the policy to spend the SLO's error budget on purpose, which needs the misses counted as the SLO
 judges them: time to first token beyond the request's own prefill. The TTFT histogram's buckets cannot (its
-quantiles read the long prompts' own prefill as misses; docs/findings.md, "A capacity learned from the TTFT
-histogram"); its ``_sum`` and ``_count`` with the prompt-token counter give each minute's mean beyond prefill,
+quantiles read the long prompts' own prefill as misses; docs/decisions/capacity-learner.md); its ``_sum`` and
+``_count`` with the prompt-token counter give each minute's mean beyond prefill,
 and ``policies.predictive.budget.miss_share`` turns that into a share of the minute's first tokens.
 
-Each case runs the built-in workload on a matrix scenario (sized and started as ``simulations.matrix`` does,
+Each case runs the built-in workload on a matrix scenario (sized and started as ``lab.matrix`` does,
 from its ``--cache``) with a lowered headroom, so that minutes of every load occur. At the end of every minute
 the estimate is read from the scrapes of that minute, as a policy would read it, and set beside the requests
 whose first token came between the same two scrapes, judged as ``simulate`` judges them. The idle prefill
@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from lab.matrix import CACHE, Scenario, cached_baseline, scenario_model, scenarios
 from policies.policy_file import parse_policy_document
 from policies.predictive import PredictiveParams, prompt_spread
 from policies.predictive.budget import PROMPT_LENGTH_SIGMA, mean_beyond_prefill, miss_share, prefill_tail
 from simulations.contenders import policy_contender, policy_variant
 from simulations.fleet import Fleet
-from simulations.matrix import CACHE, Scenario, cached_baseline, scenario_model, scenarios
 from simulations.replica_model import ReplicaModel
 from simulations.results import write_dated
 from simulations.runner import run, slo_met
@@ -103,7 +103,7 @@ UNDER_DEFAULT = (
     Case("tight", "servegen11@120,slo1s", None),
 )
 """Runs of the default itself, where its budget is spent: calm ones count their misses high, and what the budget
-reads there is what hands the headroom back (docs/findings.md, "Spending the calm days' budget")."""
+reads there is what hands the headroom back (docs/decisions/error-budget-count.md)."""
 BINS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0)  # seconds of mean beyond prefill, the table's rows' upper edges
 
 
@@ -274,7 +274,7 @@ def summary(measured: list[Measured]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulations.miss_estimate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.miss_estimate", description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=CACHE, help="the matrix's cache of sized scenarios")
     parser.add_argument("--report", type=Path, metavar="DIR", help="also write a dated Markdown report there")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once, one process each")
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(body), flush=True)
     if args.report:
         given = sys.argv[1:] if argv is None else argv
-        command = " ".join(["python -m simulations.miss_estimate", *given])
+        command = " ".join(["python -m lab.miss_estimate", *given])
         intro = [
             "Each case: the built-in workload's `predictive` at the headroom given (`default`: its own, learned "
             "and handed back as the budget burns), on a matrix scenario, judged at "

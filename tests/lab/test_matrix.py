@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from simulations.matrix import (
+from lab.matrix import (
     BURSTY_DAYS,
     SERVEGEN,
     SERVEGEN_DAY_WINDOWS,
@@ -128,7 +128,7 @@ def test_the_report_says_what_made_it_and_every_row(tmp_path: Path) -> None:
     labelled = argparse.Namespace(**{**vars(args), "label": "half"})
     assert write_report(tmp_path, rows, {"a": 0.99, "d": 0.99}, {}, labelled, argv).name.endswith("-short-half.md")
     text = path.read_text()
-    assert f"Written by `python -m simulations.matrix --set headroom=0.5 --report {tmp_path}` (vllm-autoscaler " in text
+    assert f"Written by `python -m lab.matrix --set headroom=0.5 --report {tmp_path}` (vllm-autoscaler " in text
     assert "\nMachine: " in text
     assert "| a | 10, 100.0 | 90.0 (0.9950) win | 80.0 (0.9950) win |" in text
     assert "| d | none | 90.0 (0.9950) | 80.0 (0.9800) |" in text  # no verdict where no fixed fleet meets
@@ -216,9 +216,9 @@ def quarter_day(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     with its cache and its rows (``--out``) in ``tmp_path``."""
     from functools import partial
 
+    import lab.matrix as matrix
     import simulations.jobs as simulation_jobs
-    import simulations.matrix as matrix
-    from simulations.matrix import Scenario
+    from lab.matrix import Scenario
     from simulations.traces import synthetic_day
 
     tiny = Scenario("quarter@60", partial(synthetic_day, 0, 2.0, 0.25, 1), 60)
@@ -234,8 +234,8 @@ def test_the_check_runs_its_baselines_once_and_reads_them_back(
     scenario and reads them back on the next run; ``--out`` carries the utilization the follower's search found."""
     import json
 
-    import simulations.matrix as matrix
-    from simulations.matrix import main
+    import lab.matrix as matrix
+    from lab.matrix import main
 
     out, cache, args = tmp_path / "rows.json", tmp_path / "cache", quarter_day
     assert main(args) == 0
@@ -262,7 +262,7 @@ def test_the_follower_told_one_utilization_runs_as_the_searched_one_at_it(
     search found, it makes that run again to the request; the report says what it is and judges it by the check."""
     import json
 
-    from simulations.matrix import main
+    from lab.matrix import main
 
     out, common = tmp_path / "rows.json", quarter_day
     assert main(common) == 0
@@ -288,7 +288,7 @@ def test_the_follower_told_one_utilization_runs_as_the_searched_one_at_it(
 def test_the_follower_told_one_utilization_needs_the_check_and_a_utilization(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from simulations.matrix import main
+    from lab.matrix import main
 
     for args in (["--reactive-at", "0.4"], ["--check", "--reactive-at", "1.5"], ["--check", "--reactive-at", "0"]):
         assert main([*args, "--only", "nothing"]) == 2
@@ -300,7 +300,7 @@ def test_a_replica_override_sizes_and_caches_each_scenario_apart(tmp_path: Path)
     apart from the default replica's, and the report says which replica it ran."""
     import argparse
 
-    from simulations.matrix import _cached_path, scenario_model
+    from lab.matrix import _cached_path, scenario_model
 
     plain = next(s for s in scenarios("short") if s.name == "flat@60")
     fast = replace(plain, replica=("prefill_tokens_per_s=2500",))
@@ -313,7 +313,7 @@ def test_a_replica_override_sizes_and_caches_each_scenario_apart(tmp_path: Path)
 
 
 def test_a_bad_replica_override_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from simulations.matrix import main
+    from lab.matrix import main
 
     assert main(["--replica", "warp_factor=9", "--only", "nothing"]) == 2
     assert capsys.readouterr().err.startswith("error: --replica 'warp_factor=9': expected KEY=VALUE with KEY one of")

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulations.forecast_error import cover, forecasts, main, measure
+from lab.forecast_error import cover, forecasts, main, measure
 
 DAY = 144  # 10-minute windows
 
@@ -67,7 +67,7 @@ def test_the_command_writes_a_dated_report(tmp_path: Path, capsys: pytest.Captur
     assert main(["--trace", str(trace), "--report", str(tmp_path / "out")]) == 0
     (report,) = (tmp_path / "out").glob("*-forecast-error.md")
     text = report.read_text()
-    assert "python -m simulations.forecast_error --trace" in text and "Machine:" in text
+    assert "python -m lab.forecast_error --trace" in text and "Machine:" in text
     assert text.count("| a day |") == 6
     capsys.readouterr()
     (tmp_path / "one.csv").write_text("window_start_s,rate\n0,1\n")

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import simulations.miss_estimate as miss_estimate
+import lab.miss_estimate as miss_estimate
+from lab.matrix import Scenario
+from lab.miss_estimate import Case, Minute, minute_counters, read_minutes, table
 from simulations.fleet import Fleet
-from simulations.matrix import Scenario
-from simulations.miss_estimate import Case, Minute, minute_counters, read_minutes, table
 from simulations.replica_model import ReplicaModel
 from simulations.traces import synthetic_day
 from tests.helpers import poisson_trace
@@ -57,7 +57,7 @@ def test_the_command_writes_a_dated_report_from_the_matrixs_cache(
     assert miss_estimate.main(args) == 0
     assert len(list((tmp_path / "cache").iterdir())) == 1  # sized once, then read back
     report = next(tmp_path.glob("*-miss-estimate.md")).read_text()
-    assert "python -m simulations.miss_estimate --cache" in report and "Held out" in report
+    assert "python -m lab.miss_estimate --cache" in report and "Held out" in report
     assert report.count("**quarter@60**") == 1 and report.count("**quarter@60 judged at 1 s**") == 1
     assert "**quarter@60 judged at 1.5 s**, headroom default" in report and "Under the default" in report
     assert "| quarter@60 judged at 1.5 s | default | 1.5 |" in report

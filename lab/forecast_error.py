@@ -1,4 +1,4 @@
-"""Whether a seasonal forecast beats the present: ``python -m simulations.forecast_error`` (from the repository root).
+"""Whether a seasonal forecast beats the present: ``python -m lab.forecast_error`` (from the repository root).
 
 Issue 36 asks for a seasonal term, the demand at the same time yesterday scaled to today's level. It earns its
 place only if it foresees what the present does not. This measures it on a rate-per-window file (by default
@@ -12,7 +12,7 @@ the ServeGen file's 14 days): for each window, three forecasts of the next windo
 and the headroom each needs to cover the next window in 95 % and 99 % of windows (the quantile of the actual
 rate over the forecast), with the capacity that headroom holds over the whole file, as a multiple of the load
 (``provision``): what a fleet sized by that forecast pays. Windows whose forecasts read a window of no requests
-(a gap in the recording, ``simulations.matrix.servegen_whole_days``), or one under ``GAP`` of the file's median
+(a gap in the recording, ``lab.matrix.servegen_whole_days``), or one under ``GAP`` of the file's median
 rate (the few clients left while the rest were not recorded), are left out.
 """
 
@@ -117,7 +117,7 @@ def _hours(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulations.forecast_error", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.forecast_error", description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=SERVEGEN, help="a rate-per-window CSV (default: ServeGen's)")
     parser.add_argument(
         "--level-hours", type=_hours, nargs="+", default=[0.5, 1.0, 3.0], help="the windows today's level is read over"
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             *lines,
         ]
         given = sys.argv[1:] if argv is None else argv
-        command = " ".join(["python -m simulations.forecast_error", *given])
+        command = " ".join(["python -m lab.forecast_error", *given])
         written = write_dated(args.report, "forecast-error", "Seasonal forecasts", command, body)
         print(f"wrote {written}", file=sys.stderr)
     return 0
