@@ -48,7 +48,7 @@ def lognormal_spread(buckets: dict[float, float]) -> float | None:
     percentiles (``histogram_quantile``, as Prometheus interpolates): ``(ln q90 - ln q10) / 2.563``. On vLLM's
     1-2-5 prompt-token buckets it gives 0.515 for ServeGen's prompts (their own 0.501), 1.01 for the Azure
     conversation hour's (0.985), 2.77 for Mooncake's (2.70): a little high, which counts misses high
-    (docs/findings.md, "A long prompt's share of the misses"). ``None`` without observations or with one of the
+    (docs/decisions/error-budget-count.md). ``None`` without observations or with one of the
     percentiles at 0."""
     low, high = (histogram_quantile(q, buckets) for q in SPREAD_QUANTILES)
     if low is None or high is None or math.isnan(low) or math.isnan(high) or low <= 0 or high <= 0:

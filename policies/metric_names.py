@@ -57,5 +57,5 @@ def blind_to_prefill(names: list[str]) -> bool:
     """Whether a workload's only signals are waiting requests and the KV cache's usage (the design article's
     pair). With a large ``max_num_seqs`` every request is admitted at once, so nothing waits while the time to
     first token grows inside the batch, and the KV gauge is the busiest replica's reservation: neither sees
-    prefill load, where prompt tokens per second does (docs/findings.md, "What the article's signals miss")."""
+    prefill load, where prompt tokens per second does (docs/decisions/default-signals.md)."""
     return bool(names) and {canonical(n) for n in names} <= {"num_requests_waiting", KV_CACHE}

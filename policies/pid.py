@@ -17,7 +17,7 @@ error, so a setpoint change does not kick), and ``dt`` the real time since the p
 ``current`` is the controller's own output, unrounded, while the cluster runs what it proposed: a
 replica count is whole, and a controller that starts each tick from the whole count loses every move
 smaller than a replica downward (``ceil`` keeps it) and turns every one upward into a whole replica.
-(Measured: docs/findings.md, "Measurements behind the code's defaults", ``pid``.) When the cluster runs
+(Measured: docs/decisions/pid-output.md.) When the cluster runs
 another count (the behavior's windows and rate limits, the bounds, a person), the controller starts
 again from it, so it cannot wind up past what was applied; integration also stops while the fleet is
 pinned at a bound and the error pushes further out, and a gap in the ticks (a missed scrape, a restart)

@@ -260,8 +260,8 @@ class Capacity(StrictModel):
         default=2, alias="waitingRequests", gt=0, description="requests waiting per replica: the backlog's target"
     )
     # Off by default: vLLM's TTFT buckets are 1, 2.5 and 5 s around a 2 s SLO, so a minute's p99 is its slowest
-    # prompt's prefill, and on the simulator's replicas the learner fell to its bound (docs/findings.md, "A
-    # capacity learned from the TTFT histogram").
+    # prompt's prefill, and on the simulator's replicas the learner fell to its bound
+    # (docs/decisions/capacity-learner.md).
     learn: bool = Field(
         default=False,
         description="experimental: predictive learns the prompt-token rate from the TTFT histogram, within 0.5 to 2 "

@@ -139,8 +139,8 @@ def with_error_budget(
     built-in lengths it is then sized for (``learnedHeadroom.budget``).
 
     On every matrix set it met the SLO wherever the configured headroom alone did, and for 1.5 to 3.8 % fewer
-    GPU-hours (docs/findings.md, "The learned headroom, returned to the default as the counted budget
-    burns"). The block's own defaults with a budget are the hour's learning measured there. The budget also
+    GPU-hours (docs/decisions/predictive-headroom.md). The block's own defaults with a budget are the hour's
+    learning measured there. The budget also
     ``spend``s: an outer loop runs the fleet hotter than sized while the budget is left
     (docs/decisions/error-budget-loop.md)."""
     workload = document["workloads"][0]

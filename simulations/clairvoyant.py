@@ -14,7 +14,7 @@ the SLO target; the workload's behavior (windows and rate limits) and bounds app
 the minute before (no scrape, no rate window, no lag) and asks for that, swept the same way, more finely. What
 it cannot reach, no rule that sizes the fleet in proportion to the present load can, however well it measures
 and however it is tuned; what lies between it and the clairvoyant only a forecast of the load saves
-(docs/findings.md, "What only a forecast can save: the reactive follower").
+(docs/decisions/baselines.md).
 """
 
 from __future__ import annotations

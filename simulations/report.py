@@ -295,7 +295,7 @@ def verdict(data: dict[str, Any]) -> str:
         policies = [r for r in runs if r["policy"] not in BASELINES]
         if policies and not any(_meets(r, target) for r in policies):
             # Costing more and missing call for different things: a miss where a fixed fleet meets is the
-            # load outrunning what the signals show (docs/findings.md, "A bursty recorded hour"), and the fleet that
+            # load outrunning what the signals show (docs/decisions/baselines.md), and the fleet that
             # meets it is the fixed one, which a user can hold with the floor.
             line += "every policy missed the SLO" + (", tuned too" if tuned else " with the settings given")
             if not tuned:

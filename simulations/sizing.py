@@ -198,7 +198,7 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
 
     The square root, not the ratio: a fleet pools its load over more replicas than the load test, and holds headroom
     besides. A looser SLO keeps the targets: its misses come from bursts, not from the steady queueing the test
-    measures (measured: docs/findings.md, "Measurements behind the code's defaults", the built-in shares). Never below
+    measures (measured: docs/decisions/builtin-sizing.md, the built-in shares). Never below
     ``LEAST_SHARE``, which an SLO no load meets would otherwise take to zero.
 
     A slow replica makes any SLO tighter, and so it is sized: the ratio above is taken times ``replica_slack`` where
@@ -285,7 +285,7 @@ def headroom_scale(slo_target: float) -> float:
     The headroom absorbs the bursts no replica starts fast enough to meet; the target sets how many of their requests
     may miss. A higher target leaves fewer to miss, a lower one more, and the rises a headroom must cover are taken as
     roughly normal. The policy itself does not know the SLO, so this is the built-in workload's, sized as a user would
-    size theirs. Measured: docs/findings.md, "Measurements behind the code's defaults", the headroom's scale."""
+    size theirs. Measured: docs/decisions/builtin-sizing.md."""
     quantile = NormalDist().inv_cdf
     target = min(slo_target, MOST_TARGET_FOR_HEADROOM)
     return max(0.0, quantile(target)) / quantile(REFERENCE_SLO_TARGET)

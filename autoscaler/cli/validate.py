@@ -100,7 +100,7 @@ def _signal_warnings(workload: Workload) -> list[str]:
     return [
         "its only signals are waiting requests or KV-cache usage, which do not see prefill load: with a large "
         "max_num_seqs nothing waits while the time to first token grows inside the batch, and the KV gauge is the "
-        "busiest replica's reservation; add prompt_tokens_per_second (docs/findings.md)"
+        "busiest replica's reservation; add prompt_tokens_per_second (docs/decisions/default-signals.md)"
     ]
 
 

@@ -39,7 +39,7 @@ fleet sizes tells the gain.
 
 With a ``learnedHeadroom`` block the headroom is blended with one learned from the demand's own rises within a
 horizon (``RiseHistory``, ``blended_headroom``): recorded days whose load rises slowly need far less than
-the default, a day of rare surges more; off by default (docs/findings.md, "One trace is one sample"). With
+the default, a day of rare surges more; off by default (docs/decisions/predictive-headroom.md). With
 its ``budget``, what it learned to do without is handed back as the slo's error budget burns, counted from
 vLLM's TTFT histogram (``policies.predictive.budget``): a surge after calm hours spends budget once, and the next
 meets the configured headroom. The block needs a replica's idle prefill speed, which no default here knows;

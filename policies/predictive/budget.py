@@ -2,8 +2,8 @@
 
 The SLO judges each request's time to first token beyond its own prefill on an idle replica (what no scaling
 can remove; docs/contract.md). vLLM's TTFT histogram cannot separate the two, and its buckets around a 2 s SLO
-(1, 2.5, 5 s) are too coarse to count misses by (docs/findings.md, "A capacity learned from the TTFT
-histogram"). Its ``_sum`` and ``_count`` can: with the prompt-token counter, a minute's
+(1, 2.5, 5 s) are too coarse to count misses by (docs/decisions/capacity-learner.md). Its ``_sum`` and ``_count``
+can: with the prompt-token counter, a minute's
 
     mean beyond prefill = (rate(ttft _sum) - rate(prompt tokens) / idle prefill speed) / rate(ttft _count)
 
@@ -28,11 +28,11 @@ days, ServeGen's days, at SLOs of 1 and 2 s) as the least overcount that counts 
 its budget: they count 1.03 to 1.33 times the judged misses there. On ten runs they were not chosen on (SLOs of
 0.5, 1.5 and 3 s, other days at 1 s, a replica prefilling 2,500 tokens/s) they count 0.99 to 1.27 times, and
 1.6 to 4.5 times on the four that keep 0.996 of their requests or more, at most 0.38 of a budget over
-(``python -m simulations.miss_estimate``; docs/findings.md, "A long prompt's share of the misses"). Under the
+(``python -m lab.miss_estimate``; docs/decisions/error-budget-count.md). Under the
 default itself, on eleven runs, they count 0.93 to 2.42 times, calm days the highest (up to 0.35 of a budget
 over); the two parts' exponents and scales refitted with those runs count them little lower (up to 0.27) if no
-run is to count low by over 5 % of its budget (docs/findings.md, "Spending the calm days' budget, measured and
-left out"). The rule before, ``x**1.75 / (x**1.75 + 1.2**1.75)``, counted ServeGen's days
+run is to count low by over 5 % of its budget (docs/decisions/error-budget-count.md). The rule before, ``x**1.75 /
+(x**1.75 + 1.2**1.75)``, counted ServeGen's days
 1.8 times over at 2 s and 3.1 times at 3 s (on day 3 at 300 s the default's budget read three quarters spent
 where a quarter was, and the hand-back held half the configured headroom all day), and the Azure hour low at 1 s
 (0.86).
@@ -41,7 +41,7 @@ The whole mean is read, light minutes' included. A floor under it (the 5th perce
 means) once took the light minutes' overcount away at a 2 s SLO, but at 1 s it hid misses they do have (a
 request behind a long prompt: the part ``tail`` now counts): the count fell to 0.57 of the judged misses on a
 ServeGen day, and the default missed the SLO on three of five recorded runs at 1 s where the fixed fleet met
-it (docs/findings.md, "The floor taken out: light minutes miss at a tight SLO"). A count that errs high costs
+it (docs/decisions/error-budget-count.md). A count that errs high costs
 GPU-hours; one that errs low, the SLO.
 
 ``BudgetLedger`` adds them up over the slo's window, and a day at least (``ledger_window``), so that
@@ -114,8 +114,7 @@ def ledger_window(slo_window_seconds: float) -> float:
     """The seconds the budget is counted over: the slo's window, and a day at least. The hand-back guards against
     surges that come after calm hours, and an hour's count has forgotten the last surge by the next: on the
     two-day trace of such surges a day's count met the SLO at 0.9951 where an hour's met it at 0.9925, and with
-    a count that read calm hours as calmer an hour's missed it (0.9878; docs/findings.md, "A floor under the
-    count, and a day's budget", "The floor taken out: light minutes miss at a tight SLO")."""
+    a count that read calm hours as calmer an hour's missed it (0.9878; docs/decisions/error-budget-count.md)."""
     return max(slo_window_seconds, LEAST_WINDOW_S)
 
 
@@ -164,6 +163,5 @@ class BudgetLedger:
 
 def returned(used: float) -> float:
     """How far a learned headroom goes back to the configured one, 0 to 1, as the budget is ``used``: not at
-    all under half of it, all the way at the whole of it. Measured: docs/findings.md, "The learned headroom,
-    returned to the default as the counted budget burns"."""
+    all under half of it, all the way at the whole of it. Measured: docs/decisions/predictive-headroom.md."""
     return min(max((used - USED_FROM) / (USED_TO - USED_FROM), 0.0), 1.0)

@@ -62,14 +62,13 @@ class ErrorBudgetParams(StrictModel):
 
 # With a budget, the rises of the last hour over a prior of 20 minutes: a surge after calm hours spends budget
 # and the budget hands the headroom back. Without one, a day's: an hour's memory missed such a surge, and
-# nothing handed the headroom back (docs/findings.md, "The learned headroom, returned to the default as the
-# counted budget burns").
+# nothing handed the headroom back (docs/decisions/predictive-headroom.md).
 BUDGET_LEARNING = {"priorSeconds": 1_200.0, "memorySeconds": 3_600.0}
 
 
 class LearnedHeadroomParams(StrictModel):
     """The headroom blended with the one the demand's own rises call for (``RiseHistory``); off unless given
-    (docs/findings.md, "One trace is one sample"). With ``budget``, handed back to the configured headroom as
+    (docs/decisions/predictive-headroom.md). With ``budget``, handed back to the configured headroom as
     the slo's error budget burns, and learned over a shorter past by default (``BUDGET_LEARNING``)."""
 
     prior_seconds: Seconds = Field(

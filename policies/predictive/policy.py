@@ -77,7 +77,7 @@ class PredictivePolicy(PolicyBase):
         serves, and the longer a step the headroom did not absorb keeps requests waiting, each of them
         spending the SLO's miss budget. Below a horizon of 150 s (0.41) it shrinks no further: what the
         fleet must absorb there is the noise of the one-minute signals themselves, which a faster start
-        does not shorten. Measured: docs/findings.md, "Measurements behind the code's defaults", ``predictive``."""
+        does not shorten. Measured: docs/decisions/predictive-headroom.md."""
         prior = self.prior_headroom
         if self.params.learned_headroom is None or self.state.rises is None or prior <= 0:
             return prior
@@ -125,8 +125,7 @@ class PredictivePolicy(PolicyBase):
         rises span. The learned part is scaled as the prior is scaled from the horizon's default (a headroom
         raised for a 99.9 % target raises it too) and held within [0, 2 x prior].
 
-        Off by default: it pays on long traces and misses on rare surges (docs/findings.md, "One trace is one
-        sample")."""
+        Off by default: it pays on long traces and misses on rare surges (docs/decisions/predictive-headroom.md)."""
         rises = self.state.rises
         assert rises is not None
         rise = rises.quantile()

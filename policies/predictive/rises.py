@@ -1,7 +1,7 @@
 """How far the demand has risen within one horizon, learned from the demand a policy has seen.
 
 ``predictive`` holds headroom for what the load can do before a replica ordered now serves. The headroom a
-trace needs spans 0 to 1 across recorded and synthetic traffic (docs/findings.md, "One trace is one sample"): on
+trace needs spans 0 to 1 across recorded and synthetic traffic (docs/decisions/predictive-headroom.md): on
 recorded days whose load rises by a quarter at most from one 10-minute window to the next, the default
 0.6 buys replicas for surges that never come. The rises a workload's own past has shown tell it: over a
 whole trace the 90th percentile of the demand's rise within one horizon, less one, tracked the headroom
