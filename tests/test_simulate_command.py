@@ -212,12 +212,12 @@ def test_a_report_on_a_few_requests_is_consistent(tmp_path: Path, capsys: pytest
 def test_ctrl_c_during_a_simulation_is_one_line_and_exit_130(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import simulations.compare as compare_module
+    import simulations.request as front_door
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(compare_module, "compare", interrupted)
+    monkeypatch.setattr(front_door, "compare", interrupted)
     assert main(["simulate", "--time-scale", "8"]) == 130
     captured = capsys.readouterr()
     # Before it, only the notes on how the built-in workload was sized.

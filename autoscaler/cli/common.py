@@ -41,10 +41,6 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated
 
 
-DEFAULT_SLO_TTFT_S = 2.0  # simulate's SLO where neither a flag nor the file's slo block gives one
-
-DEFAULT_SLO_TARGET = 0.99
-
 QUIET = {"on": False}  # -q: no notes, no progress; errors are always said
 
 

@@ -1,0 +1,59 @@
+"""The simulator's front door (``simulations/request.py``): one request in, one comparison out, the same as
+``vllm-autoscaler simulate`` prints for the same flags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autoscaler.cli import main
+from policies.policy_file import parse_policy_document
+from simulations.builtin import builtin_document
+from simulations.replica_model import ReplicaModel
+from simulations.request import SimulationRequest, chosen_policy, simulate
+
+
+def test_a_request_is_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    done = simulate(SimulationRequest(time_scale=8.0, policies=("threshold",)))
+    assert main(["simulate", "--time-scale", "8", "--policy", "threshold", "-o", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    got = {r["policy"]: (r["gpu_hours"], r["slo_attainment"]) for r in done.report["results"]}
+    assert got == {r["policy"]: (r["gpu_hours"], r["slo_attainment"]) for r in printed["results"]}
+    assert done.policy_types == ["threshold"] and done.idle is None  # a choice was made: no built-in idle model
+
+
+def test_the_slo_comes_from_the_request_then_the_file_then_the_default() -> None:
+    document = parse_policy_document(
+        {
+            **builtin_document(ReplicaModel()),
+            "workloads": [
+                {**builtin_document(ReplicaModel())["workloads"][0], "slo": {"ttftSeconds": 1.5, "target": 0.95}}
+            ],
+        },
+        "<test>",
+    )
+    assert SimulationRequest().slo() == (2.0, 0.99)
+    assert SimulationRequest(document=document).slo() == (1.5, 0.95)
+    assert SimulationRequest(document=document, slo_ttft=3.0).slo() == (3.0, 0.95)
+
+
+def test_the_empty_request_is_the_builtin_scenarios() -> None:
+    assert SimulationRequest().builtin_scenarios
+    assert not SimulationRequest(policies=("pid",)).builtin_scenarios
+    assert not SimulationRequest(time_scale=2.0).builtin_scenarios
+
+
+def test_the_chosen_policy_is_the_cheapest_that_met_the_slo_as_a_file_that_loads() -> None:
+    done = simulate(SimulationRequest(policies=("threshold", "predictive")))
+    meeting = [r for r in done.comparison.results if r.policy in done.policy_types and r.meets(0.99)]
+    assert [r.policy for r in meeting] == ["predictive"]  # the built-in day: threshold misses it
+    choice = chosen_policy(done)
+    assert choice is not None and choice.policy == "predictive"
+    assert choice.text.startswith("# Written by `vllm-autoscaler simulate`")
+    assert choice.cheaper_static is None  # predictive undercuts the fixed fleet there
+
+
+def test_no_policy_that_met_the_slo_is_no_choice() -> None:
+    done = simulate(SimulationRequest(time_scale=8.0, policies=("threshold",)))  # eight times as fast: it misses
+    assert chosen_policy(done) is None
