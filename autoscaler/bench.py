@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -199,13 +200,73 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         server.join(10)
 
 
+@dataclass
+class _Rig:
+    """The reaction bench's servers: a vLLM-shaped exporter scraped by a real Prometheus, a daemon on the real
+    kube-apiserver acting for ``user``, and the two workloads it scales."""
+
+    kube: KubeServer
+    exporter: Any
+    prometheus: Any
+    daemon: subprocess.Popen[bytes]
+    port: int
+    user: str
+    namespace: str = "llm-serving"
+    name: str = "vllm-llama3-70b"
+
+    def accepted_patches(self, target: str | None = None, replicas: int | None = None) -> list[float]:
+        """When each scale PATCH of ``target`` (by default the busy workload) to ``replicas`` (any) was accepted."""
+        target = target or self.name
+        return [
+            e.at
+            for e in self.kube.audit(self.namespace, self.user)
+            if e.verb == "patch"
+            and e.resource == "deployments/scale"
+            and e.code == 200
+            and e.name == target
+            and (replicas is None or (e.request or {}).get("spec", {}).get("replicas") == replicas)
+        ]
+
+    def ready(self) -> bool:
+        try:
+            return requests.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+
 def bench_reaction(workdir: Path, trials: int, seed: int, kube: KubeServer) -> dict[str, Any]:
+    """How long the daemon takes from a step in the load to the accepted scale PATCH (``reaction_s``; KEDA's pair
+    beside it, ``keda_sum_reaction_s``), and from the first request for a model at zero to its wake-up PATCH
+    (``activation_s``), each over ``trials`` steps at random phases of the interval."""
+    from autoscaler.testing.servers import wait_for
+
+    rng = random.Random(seed)
+    rig = _reaction_rig(workdir, kube)
+    try:
+        wait_for(rig.ready, 60, "the daemon to be ready")
+        reactions, keda = _reactions(rig, trials, rng)
+        activations = _activations(rig, trials, rng)
+    finally:
+        _stop(rig, workdir)
+    return {
+        "reaction_s": round(float(np.mean(reactions)), 2),
+        "reaction_max_s": round(max(reactions), 2),
+        "reaction_trials": [round(r, 2) for r in reactions],
+        "keda_sum_reaction_s": round(float(np.mean(keda)), 2),
+        "reaction_target_s": 1.0 + 5.0 + 1.0,
+        "activation_s": round(float(np.mean(activations)), 2),
+        "activation_max_s": round(max(activations), 2),
+        "activation_trials": [round(a, 2) for a in activations],
+    }
+
+
+def _reaction_rig(workdir: Path, kube: KubeServer) -> _Rig:
+    """The servers started: two Deployments, their pods' metrics, Prometheus, and the daemon every 5 s."""
     from kubernetes import client
 
     from autoscaler.testing.kube import service_account_user
-    from autoscaler.testing.servers import PrometheusServer, VllmExporter, free_port, start_daemon, wait_for
+    from autoscaler.testing.servers import PrometheusServer, VllmExporter, free_port, start_daemon
 
-    rng = random.Random(seed)
     exporter = VllmExporter()
     namespace, name = "llm-serving", "vllm-llama3-70b"
     client.CoreV1Api(kube.admin()).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
@@ -223,85 +284,68 @@ def bench_reaction(workdir: Path, trials: int, seed: int, kube: KubeServer) -> d
     document["workloads"].append(_idle_model(namespace))
     policy.write_text(json.dumps(document))
     port = free_port()
-    daemon = start_daemon(
-        policy,
-        kube.kubeconfig(workdir / "kubeconfig", token),
-        port,
-        workdir / "daemon.log",
-        VLLM_AUTOSCALER_LEADER_ELECT="false",
-    )
+    kubeconfig = kube.kubeconfig(workdir / "kubeconfig", token)
+    daemon = start_daemon(policy, kubeconfig, port, workdir / "daemon.log", VLLM_AUTOSCALER_LEADER_ELECT="false")
+    return _Rig(kube, exporter, prometheus, daemon, port, user, namespace, name)
+
+
+def _reactions(rig: _Rig, trials: int, rng: random.Random) -> tuple[list[float], list[float]]:
+    """Each trial: the waiting requests step from 2 to 20 a replica; seconds to the accepted PATCH, and what KEDA's
+    pair would take (the same 1 s scrape, then the HPA's next sync)."""
+    from autoscaler.testing.servers import wait_for
+
     reactions: list[float] = []
     keda: list[float] = []
+    for _ in range(trials):
+        time.sleep(16 + rng.uniform(0, 5))  # past the scale-up period, at a random phase of the interval
+        seen = len(rig.accepted_patches())
+        stepped = time.time()
+        rig.exporter.set_pods(rig.namespace, rig.name, waiting=[20, 20])
+
+        def patched(seen: int = seen) -> float | None:
+            return next(iter(rig.accepted_patches()[seen:]), None)
+
+        reactions.append(wait_for(patched, 60, "the scale PATCH") - stepped)
+        keda.append(rng.uniform(0, 1.0) + rng.uniform(0, HPA_SYNC_S))
+        rig.exporter.set_pods(rig.namespace, rig.name, waiting=[2, 2])
+        rig.kube.set_replicas(rig.namespace, rig.name, 2)
+    return reactions, keda
+
+
+def _activations(rig: _Rig, trials: int, rng: random.Random) -> list[float]:
+    """Each trial: the idle model at the daemon's own zero gets queued requests; seconds to its wake-up PATCH."""
+    from autoscaler.testing.servers import wait_for
+
     activations: list[float] = []
+    for _ in range(trials):
+        wait_for(lambda: rig.kube.replicas(rig.namespace, IDLE_MODEL) == 0, 60, "the daemon's own zero")
+        time.sleep(rng.uniform(0, 5))  # a random phase of the interval
+        seen = len(rig.accepted_patches(IDLE_MODEL, 1))
+        stepped = time.time()
+        rig.exporter.set(GATEWAY, 2.0, namespace=rig.namespace)
 
-    def accepted_patches(target: str = name, replicas: int | None = None) -> list[float]:
-        return [
-            e.at
-            for e in kube.audit(namespace, user)
-            if e.verb == "patch"
-            and e.resource == "deployments/scale"
-            and e.code == 200
-            and e.name == target
-            and (replicas is None or (e.request or {}).get("spec", {}).get("replicas") == replicas)
-        ]
+        def woke(seen: int = seen) -> float | None:
+            return next(iter(rig.accepted_patches(IDLE_MODEL, 1)[seen:]), None)
 
+        activations.append(wait_for(woke, 60, "the wake-up PATCH") - stepped)
+        rig.exporter.set(GATEWAY, 0.0, namespace=rig.namespace)
+    return activations
+
+
+def _stop(rig: _Rig, workdir: Path) -> None:
+    """The daemon stopped (its log printed if it would not), then Prometheus and the exporter."""
+    rig.daemon.terminate()
     try:
-
-        def ready() -> bool:
-            try:
-                return requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_for(ready, 60, "the daemon to be ready")
-        for _ in range(trials):
-            time.sleep(16 + rng.uniform(0, 5))  # past the scale-up period, at a random phase of the interval
-            seen = len(accepted_patches())
-            stepped = time.time()
-            exporter.set_pods(namespace, name, waiting=[20, 20])
-
-            def patched(seen: int = seen) -> float | None:
-                return next(iter(accepted_patches()[seen:]), None)
-
-            reactions.append(wait_for(patched, 60, "the scale PATCH") - stepped)
-            scrape = rng.uniform(0, 1.0)  # the same 1 s scrape, then KEDA waits for the HPA's next sync
-            keda.append(scrape + rng.uniform(0, HPA_SYNC_S))
-            exporter.set_pods(namespace, name, waiting=[2, 2])
-            kube.set_replicas(namespace, name, 2)
-        for _ in range(trials):
-            wait_for(lambda: kube.replicas(namespace, IDLE_MODEL) == 0, 60, "the daemon's own zero")
-            time.sleep(rng.uniform(0, 5))  # a random phase of the interval
-            seen = len(accepted_patches(IDLE_MODEL, 1))
-            stepped = time.time()
-            exporter.set(GATEWAY, 2.0, namespace=namespace)
-
-            def woke(seen: int = seen) -> float | None:
-                return next(iter(accepted_patches(IDLE_MODEL, 1)[seen:]), None)
-
-            activations.append(wait_for(woke, 60, "the wake-up PATCH") - stepped)
-            exporter.set(GATEWAY, 0.0, namespace=namespace)
+        rig.daemon.wait(20)
+    except subprocess.TimeoutExpired:
+        rig.daemon.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        rig.daemon.kill()
+        print((workdir / "daemon.log").read_text()[-6000:], file=sys.stderr)
+        raise
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(20)
-        except subprocess.TimeoutExpired:
-            daemon.send_signal(signal.SIGUSR1)
-            time.sleep(1)
-            daemon.kill()
-            print((workdir / "daemon.log").read_text()[-6000:], file=sys.stderr)
-            raise
-        prometheus.stop()
-        exporter.close()
-    return {
-        "reaction_s": round(float(np.mean(reactions)), 2),
-        "reaction_max_s": round(max(reactions), 2),
-        "reaction_trials": [round(r, 2) for r in reactions],
-        "keda_sum_reaction_s": round(float(np.mean(keda)), 2),
-        "reaction_target_s": 1.0 + 5.0 + 1.0,
-        "activation_s": round(float(np.mean(activations)), 2),
-        "activation_max_s": round(max(activations), 2),
-        "activation_trials": [round(a, 2) for a in activations],
-    }
+        rig.prometheus.stop()
+        rig.exporter.close()
 
 
 IDLE_MODEL, GATEWAY = "vllm-eval-7b", "gateway_queued_requests"
