@@ -68,11 +68,13 @@ class WorkloadContext:
 
 @dataclass(frozen=True)
 class Proposal:
-    """A raw recommendation. ``replicas is None`` means: hold, and leave no trace in the windows."""
+    """A raw recommendation. ``replicas is None`` means: hold, and leave no trace in the windows. ``missing``: the
+    metrics the policy had no value for; the decider applies the missing-metric rule to them (``held``)."""
 
     replicas: int | None
     reason: str
     details: Mapping[str, Any] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
 
 
 class Policy(Protocol):
@@ -171,13 +173,9 @@ def observed_metrics(
     return present, missing
 
 
-def missing_metric_hold(
-    proposed: int | None, current: int, missing: list[str], details: Mapping[str, Any]
-) -> Proposal | None:
-    """The HPA's missing-metric rule, written once as ``computeReplicasForMetrics`` writes it: with no value
-    at all, or with some missing and the rest proposing fewer replicas than now, hold (a proposal of None,
-    which leaves no trace in the windows); a missing metric never blocks a scale-up. None: go ahead.
-    Table-tested in tests/test_policies.py (test_missing_metrics_follow_the_hpa)."""
-    if proposed is None or (missing and proposed < current):
-        return Proposal(None, "metrics-unavailable", details)
-    return None
+def held(proposal: Proposal, current: int) -> bool:
+    """The HPA's missing-metric rule, written once as ``computeReplicasForMetrics`` writes it, and applied once, by
+    the decider (``pipeline.WorkloadDecider``) to every policy's proposal: with no value at all, or with some
+    missing and the rest proposing fewer replicas than now, hold (which leaves no trace in the windows); a missing
+    metric never blocks a scale-up. Table-tested in tests/test_policies.py (test_missing_metrics_follow_the_hpa)."""
+    return proposal.replicas is None or (bool(proposal.missing) and proposal.replicas < current)

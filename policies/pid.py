@@ -36,7 +36,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from policies.base import Observation, PolicyBase, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
+from policies.base import Observation, PolicyBase, Proposal, WorkloadContext, observed_metrics
 from policies.replica_calculator import demand_in_replicas, metric_proposal
 from policies.spec import MetricSpec, StrictModel
 from policies.threshold import tolerance_for
@@ -129,7 +129,6 @@ class PIDPolicy(PolicyBase):
                     spec, value, current, observation.capacity_basis, self.tolerance
                 ).replicas
         best = max(proposals.values(), default=None)
-        if (hold := missing_metric_hold(best, current, missing, details)) is not None:
-            return hold
-        assert best is not None  # a None proposal is always held
-        return Proposal(best, "within-tolerance" if best == current else "steady", details)
+        if best is None:
+            return Proposal(None, "metrics-unavailable", details, tuple(missing))
+        return Proposal(best, "within-tolerance" if best == current else "steady", details, tuple(missing))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.activation import ZeroState, as_one_replica, idle_for, woken
-from policies.base import Observation, Policy, WorkloadContext
+from policies.base import Observation, Policy, WorkloadContext, held
 from policies.behavior import BehaviorState, Limit, normalize
 from policies.cold_start import ColdStartEstimator
 from policies.spec import Fallback, ResolvedBehavior
@@ -108,13 +108,14 @@ class WorkloadDecider:
 
         proposal = self.policy.recommend(observation)
         details: dict[str, Any] = {"policy": dict(proposal.details)}
-        if proposal.replicas is None:
+        if held(proposal, current):
             self.failures += 1
             details["consecutive_failures"] = self.failures
             if self.fallback.replicas is None or self.failures < self.fallback.failure_threshold:
                 return Decision(now, current, current, current, Reason.METRICS_UNAVAILABLE, details)
             raw, base_reason = min(max(self.fallback.replicas, lo), hi), Reason.FALLBACK
         else:
+            assert proposal.replicas is not None  # held() holds every None
             self.failures = 0
             raw, base_reason = max(proposal.replicas, 0), proposal.reason
 

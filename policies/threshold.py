@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from policies.base import Observation, PolicyBase, Proposal, WorkloadContext, missing_metric_hold, observed_metrics
+from policies.base import Observation, PolicyBase, Proposal, WorkloadContext, observed_metrics
 from policies.replica_calculator import Tolerance, metric_proposal
 from policies.spec import StrictModel
 
@@ -27,11 +27,8 @@ def tolerance_for(ctx: WorkloadContext, default: float) -> Tolerance:
 
 
 def hpa_proposal(ctx: WorkloadContext, observation: Observation, tolerance: Tolerance) -> Proposal:
-    """``computeReplicasForMetrics``: the largest per-metric proposal, with the HPA's missing-metric rule.
-
-    If every metric lacks a value, or some lack one and the rest would scale down, the result is a hold
-    that leaves no trace; a missing metric never blocks a scale-up.
-    """
+    """``computeReplicasForMetrics``: the largest per-metric proposal, with the metrics that had no value for the
+    decider's missing-metric rule (``base.held``); with none at all, a hold."""
     current = observation.current_replicas
     best: int | None = None
     present, missing = observed_metrics(ctx, observation)
@@ -44,10 +41,9 @@ def hpa_proposal(ctx: WorkloadContext, observation: Observation, tolerance: Tole
         if best is None or result.replicas > best:
             best = result.replicas
     details = {"proposals": per_metric, "missing": missing}
-    if (hold := missing_metric_hold(best, current, missing, details)) is not None:
-        return hold
-    assert best is not None  # a None proposal is always held
-    return Proposal(best, "within-tolerance" if all_within and best == current else "steady", details)
+    if best is None:
+        return Proposal(None, "metrics-unavailable", details, tuple(missing))
+    return Proposal(best, "within-tolerance" if all_within and best == current else "steady", details, tuple(missing))
 
 
 class ThresholdPolicy(PolicyBase):

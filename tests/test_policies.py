@@ -456,3 +456,22 @@ def test_an_idle_latency_quantile_is_no_load(
     decider = _decider(maxReplicas=8, metrics=[metric], behavior={"scaleDown": {"stabilizationWindowSeconds": 0}})
     decision = decider.decide(Observation(0.0, 8, {str(metric["name"]): value}, 8))
     assert (decision.desired, decision.reason) == (expected, reason)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "missing", "current", "is_held"),
+    [
+        (None, (), 4, True),  # no value at all
+        (3, ("kv_cache_usage_perc",), 4, True),  # some missing, the rest scale down
+        (4, ("kv_cache_usage_perc",), 4, False),  # some missing, the rest hold the count
+        (6, ("kv_cache_usage_perc",), 4, False),  # a missing metric never blocks a scale-up
+        (3, (), 4, False),  # nothing missing: a scale-down goes ahead
+    ],
+)
+def test_the_decider_holds_by_the_missing_metric_rule(
+    replicas: int | None, missing: tuple[str, ...], current: int, is_held: bool
+) -> None:
+    """One rule, applied by the decider to every policy's proposal, a plug-in's too (``base.held``)."""
+    from policies.base import Proposal, held
+
+    assert held(Proposal(replicas, "steady", {}, missing), current) is is_held

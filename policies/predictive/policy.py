@@ -12,7 +12,6 @@ from policies.base import (
     PolicyBase,
     Proposal,
     WorkloadContext,
-    missing_metric_hold,
     observed_metrics,
     usable,
 )
@@ -256,7 +255,7 @@ class PredictivePolicy(PolicyBase):
         if self.learns:
             details["capacity_factor"] = round(factor, 4)
         if not demands:
-            return Proposal(None, "metrics-unavailable", details)
+            return Proposal(None, "metrics-unavailable", details, tuple(missing))
         demand = max(demands.values())
         self.state.trend.update(demand, observation.now, self.trend_window)
         if (learned := self.params.learned_headroom) is not None:
@@ -279,6 +278,4 @@ class PredictivePolicy(PolicyBase):
             replicas = current
         else:
             replicas = math.ceil(need - 1e-9)
-        if (hold := missing_metric_hold(replicas, current, missing, details)) is not None:
-            return hold
-        return Proposal(replicas, "within-tolerance" if replicas == current else "steady", details)
+        return Proposal(replicas, "within-tolerance" if replicas == current else "steady", details, tuple(missing))
