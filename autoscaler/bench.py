@@ -387,7 +387,7 @@ def bench_pipeline(seed: int) -> dict[str, Any]:
             decider.applied(decision)
             current = decision.desired
             if i == 86_400 // 15:
-                results[f"history_entries_after_day_{policy_type}"] = decider.behavior_state.history_size()
+                results[f"history_entries_after_day_{policy_type}"] = decider.snapshot().behavior.history_size()
         results[f"decisions_per_s_{policy_type}"] = round(len(waiting) / (time.perf_counter() - started))
     results["decisions_per_s"] = results["decisions_per_s_threshold"]
     results["history_entries_after_day"] = max(v for k, v in results.items() if k.startswith("history_entries"))

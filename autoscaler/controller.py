@@ -295,8 +295,9 @@ class Controller:
 
         if workload.activation is not None:
             line.update(activation=metrics.activation, activity=metrics.activity)
-            if self.actuator.dry_run and state.replicas == 0:
-                runtime.decider.zero.asleep = True  # shadow mode: nothing is written, so decide on any zero
+            if self.actuator.dry_run and state.replicas == 0:  # shadow mode: nothing is written, so decide on any zero
+                held = runtime.decider.snapshot()
+                runtime.decider.restore(replace(held, zero=replace(held.zero, asleep=True)))
         observation = Observation(
             now, state.replicas, metrics.values, state.ready, metrics.activation, metrics.activity
         )
@@ -571,16 +572,20 @@ class Controller:
             record = records.get(key)
             if record is None:
                 continue
-            for seconds in record.cold_starts:
-                runtime.decider.cold_starts.add(seconds)
-            runtime.decider.cold_start_measured()
+            held = runtime.decider.snapshot()
+            restore_behavior(held.behavior, record.behavior, to_now)
+            runtime.decider.restore(
+                replace(
+                    held,
+                    cold_starts=(*held.cold_starts, *record.cold_starts),
+                    zero=replace(held.zero, asleep=record.scaled_to_zero),
+                )
+            )
             if record.pending_scale_up is not None:
                 runtime.pending_scale_up = (record.pending_scale_up[0] + to_now, int(record.pending_scale_up[1]))
             if record.last_scale is not None:
                 last = record.last_scale
                 runtime.last_scale = (last.at, last.from_replicas, last.to, last.reason)
-            restore_behavior(runtime.decider.behavior_state, record.behavior, to_now)
-            runtime.decider.zero.asleep = record.scaled_to_zero
             runtime.conditions = list(record.conditions)
         log.info("state-restored", workloads=sorted(set(records) & set(self.runtime)))
 
@@ -599,6 +604,7 @@ class Controller:
             )
             pending = runtime.pending_scale_up
             last = runtime.last_scale
+            held = runtime.decider.snapshot()
             current = line.get("current")
             records[record_key(workload.key, workload.target.kind)] = WorkloadRecord(
                 workload=workload.key,
@@ -617,7 +623,7 @@ class Controller:
                 last_scale=None
                 if last is None
                 else LastScale(at=last[0], to=last[2], reason=last[3], **{"from": last[1]}),
-                cold_starts=list(runtime.decider.cold_starts.samples),
+                cold_starts=list(held.cold_starts),
                 cold_start_seconds=runtime.decider.ctx.cold_start_seconds,
                 pending_scale_up=None if pending is None else (pending[0] + to_wall, pending[1]),
                 owners=line.get("owners", []),
@@ -627,8 +633,8 @@ class Controller:
                 heading=line.get("heading"),
                 agrees=line.get("agrees"),
                 conditions=runtime.conditions,
-                behavior=dump_behavior(runtime.decider.behavior_state, to_wall),
-                scaled_to_zero=runtime.decider.zero.asleep,
+                behavior=dump_behavior(held.behavior, to_wall),
+                scaled_to_zero=held.zero.asleep,
             )
         return records
 

@@ -47,24 +47,57 @@ class Decision:
         return self.desired != self.current
 
 
+@dataclass(frozen=True)
+class DeciderState:
+    """What a decider carries across a reload of its file and, through the daemon's state ConfigMap, a restart:
+    the behavior history (the very object, not a copy), the failures toward the fallback, the measured cold
+    starts, the zero it set, and its policy's own state with the policy type it belongs to."""
+
+    behavior: BehaviorState
+    failures: int = 0
+    cold_starts: tuple[float, ...] = ()
+    zero: ZeroState = field(default_factory=ZeroState)
+    policy_type: str | None = None
+    policy_state: Any = None
+
+
 class WorkloadDecider:
-    """Decision state of one workload: the policy's state and the behavior history."""
+    """Decision state of one workload: the policy's state and the behavior history. ``snapshot()`` and
+    ``restore()`` are the only way that state leaves it and enters it (a reload, the daemon's state ConfigMap)."""
 
     def __init__(
-        self,
-        ctx: WorkloadContext,
-        policy: Policy,
-        fallback: Fallback | None = None,
-        behavior_state: BehaviorState | None = None,
+        self, ctx: WorkloadContext, policy: Policy, fallback: Fallback | None = None, auto_cold_start: bool = False
     ) -> None:
         self.ctx = ctx
         self.policy = policy
         self.fallback = fallback or Fallback()
-        self.behavior_state = behavior_state or BehaviorState()
+        self.behavior_state = BehaviorState()
         self.failures = 0
         self.cold_starts = ColdStartEstimator()
-        self.auto_cold_start = False  # coldStartSeconds: auto, the measured cold start replaces the default
+        self.auto_cold_start = auto_cold_start  # coldStartSeconds: auto, the measured cold start replaces the default
         self.zero = ZeroState()
+
+    def snapshot(self) -> DeciderState:
+        """The decider's state, as ``restore`` takes it back (here or in a decider built from a reloaded file)."""
+        return DeciderState(
+            self.behavior_state,
+            self.failures,
+            tuple(self.cold_starts.samples),
+            replace(self.zero),
+            self.policy.type,
+            getattr(self.policy, "state", None),
+        )
+
+    def restore(self, state: DeciderState) -> None:
+        """Carry on from ``state``: its behavior history, failures, cold starts (re-applied under
+        ``coldStartSeconds: auto``) and zero; its policy state only for a policy of the same type."""
+        self.behavior_state = state.behavior
+        self.failures = state.failures
+        self.cold_starts = ColdStartEstimator(state.cold_starts)
+        self.zero = replace(state.zero)
+        if state.policy_type == self.policy.type and state.policy_state is not None:
+            self.policy.state = state.policy_state
+        self.cold_start_measured()
 
     @property
     def behavior(self) -> ResolvedBehavior:

@@ -28,7 +28,6 @@ from pydantic import (
 
 from policies import registry
 from policies.base import Policy, WorkloadContext
-from policies.behavior import BehaviorState
 from policies.metric_names import BUDGET_SIGNALS, BUILTIN_METRIC_NAMES, PROMPT_SPREAD, TTFT_SLO
 from policies.pipeline import WorkloadDecider
 from policies.spec import (
@@ -249,21 +248,14 @@ class PolicyFile(StrictModel):
     workloads: list[Workload] = Field(min_length=1, description="the targets this file scales")
 
     def decider(self, workload: Workload, previous: WorkloadDecider | None = None) -> WorkloadDecider:
-        """A decider for ``workload``; decision state of ``previous`` survives when the policy type is the same."""
-        behavior_state: BehaviorState | None = None
-        policy_state = None
+        """A decider for ``workload``, carrying on from ``previous`` (``WorkloadDecider.restore``): its behavior
+        history, cold starts and zero always, its policy's state when the policy type is the same."""
+        auto = workload.cold_start_seconds == "auto"
+        decider = WorkloadDecider(
+            workload.context(self.interval), workload.build_policy(self.interval), workload.fallback, auto
+        )
         if previous is not None:
-            behavior_state = previous.behavior_state
-            if previous.policy.type == workload.policy_type:
-                policy_state = previous.policy.state
-        policy = workload.build_policy(self.interval, policy_state)
-        decider = WorkloadDecider(workload.context(self.interval), policy, workload.fallback, behavior_state)
-        decider.auto_cold_start = workload.cold_start_seconds == "auto"
-        if previous is not None:
-            decider.failures = previous.failures
-            decider.zero = previous.zero
-            decider.cold_starts = previous.cold_starts
-            decider.cold_start_measured()  # a reload keeps the measured cold start
+            decider.restore(previous.snapshot())
         return decider
 
 

@@ -475,3 +475,25 @@ def test_the_decider_holds_by_the_missing_metric_rule(
     from policies.base import Proposal, held
 
     assert held(Proposal(replicas, "steady", {}, missing), current) is is_held
+
+
+def test_a_deciders_state_leaves_by_snapshot_and_enters_by_restore() -> None:
+    """What a reload carries over: the behavior history, failures, cold starts and zero always; the policy's own
+    state only into a policy of the same type; under ``coldStartSeconds: auto`` the measured cold start applies."""
+    from dataclasses import replace
+
+    old = _decider(coldStartSeconds="auto", policy={"type": "predictive"})
+    for t in range(0, 300, 15):
+        old.decide(Observation(float(t), 4, {"num_requests_waiting": 8.0 + t / 15}))
+    held = old.snapshot()
+    held = replace(held, failures=2, cold_starts=(200.0,) * 10)
+    same = _decider(coldStartSeconds="auto", policy={"type": "predictive"})
+    same.restore(held)
+    after = same.snapshot()
+    assert after.behavior is held.behavior and after.failures == 2 and after.cold_starts == (200.0,) * 10
+    assert same.ctx.cold_start_seconds == pytest.approx(200.0)  # the samples' p90, re-applied
+    assert same.policy.state is held.policy_state  # the trend's samples carry over
+    other = _decider(policy={"type": "threshold"})
+    other.restore(held)
+    assert other.policy.state is not held.policy_state  # a policy of another type starts afresh
+    assert other.snapshot().behavior is held.behavior
