@@ -36,6 +36,7 @@ from autoscaler.telemetry import Telemetry
 from autoscaler.warm_up import HistoryRead, history_seconds
 from policies.base import Observation
 from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
+from policies.cold_start import WritesToReady
 from policies.pipeline import Decision, Reason, WorkloadDecider
 from policies.policy_file import (
     PolicyFile,
@@ -58,7 +59,7 @@ WARM_UP_SHARE = 0.5  # of an interval: what a tick spends reading workloads' his
 class WorkloadRuntime:
     workload: Workload
     decider: WorkloadDecider
-    pending_scale_up: tuple[float, int] | None = None
+    cold_start: WritesToReady = field(default_factory=WritesToReady)  # a scale-up in flight, to its readiness
     metrics_failing: bool = False
     refused_by: tuple[str, ...] = ()
     missing: bool = False
@@ -440,10 +441,7 @@ class Controller:
             runtime.decider.applied(
                 Decision(decision.now, state.replicas, decision.recommended, desired, decision.reason, decision.details)
             )
-            if desired > state.replicas:
-                runtime.pending_scale_up = (self.decision_clock(), desired)
-            else:
-                runtime.pending_scale_up = None
+            runtime.cold_start.written(self.decision_clock(), state.replicas, desired)
             runtime.last_scale = (self.clock(), state.replicas, desired, decision.reason)
             self._event(
                 workload.target,
@@ -532,17 +530,11 @@ class Controller:
 
     def _track_cold_start(self, runtime: WorkloadRuntime, state: ScaleState, now: float) -> None:
         """From a scale-up write to ``readyReplicas`` reaching the new count, measured at tick resolution."""
-        pending = runtime.pending_scale_up
-        if pending is None:
+        pending = runtime.cold_start.pending
+        seconds = runtime.cold_start.observe(now, state.replicas, state.ready)
+        if seconds is None or pending is None:
             return
-        written_at, count = pending
-        if state.replicas < count:
-            runtime.pending_scale_up = None  # scaled down (or by hand) before the new replicas were ready
-            return
-        if state.ready < count:
-            return
-        seconds = max(now - written_at, 0.0)
-        runtime.pending_scale_up = None
+        count = pending[1]
         p90 = runtime.decider.cold_start_measured(seconds)
         self.telemetry.cold_start.labels(runtime.workload.key).observe(seconds)
         log.info(
@@ -582,7 +574,7 @@ class Controller:
                 )
             )
             if record.pending_scale_up is not None:
-                runtime.pending_scale_up = (record.pending_scale_up[0] + to_now, int(record.pending_scale_up[1]))
+                runtime.cold_start.pending = (record.pending_scale_up[0] + to_now, int(record.pending_scale_up[1]))
             if record.last_scale is not None:
                 last = record.last_scale
                 runtime.last_scale = (last.at, last.from_replicas, last.to, last.reason)
@@ -602,7 +594,7 @@ class Controller:
             runtime.conditions = merge(
                 runtime.conditions, judge(line, workload.min_replicas, workload.max_replicas), wall
             )
-            pending = runtime.pending_scale_up
+            pending = runtime.cold_start.pending
             last = runtime.last_scale
             held = runtime.decider.snapshot()
             current = line.get("current")

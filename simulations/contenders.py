@@ -47,10 +47,12 @@ def policy_contender(
     name: str | None = None,
     tuned: dict[str, float] | None = None,
 ) -> Contender:
-    """The workload's decider, told the simulated replicas' cold start as the daemon's is told the one it
-    measures: the policy looks ahead by the cold start the fleet really has."""
+    """The workload's decider, looking ahead by the simulated replicas' cold start; under ``coldStartSeconds: auto``
+    by the one it measures, as the daemon's does (``Contender.cold_start``): the configured default until three
+    scale-ups have been timed to readiness."""
     decider = document.decider(workload)
-    decider.set_cold_start(model.cold_start_s)
+    if workload.cold_start_seconds != "auto":
+        decider.set_cold_start(model.cold_start_s)
     learning = workload.slo.target if workload.learns_capacity and workload.slo is not None else None
     signals = signals_for([*(m.name for m in workload.metrics), *workload.extra_signals], learning)
     zero = gateway_activation if workload.activation is not None else None

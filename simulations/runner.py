@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from policies.base import Observation
+from policies.cold_start import WritesToReady
 from policies.pipeline import WorkloadDecider
 from policies.recorded import ACTIVATION, ACTIVITY
 from simulations.fleet import Fleet, group_runs
@@ -32,6 +33,8 @@ class Contender:
     # When a list: each tick's (time, spec replicas, ready replicas, metrics) as the policy saw them.
     observed: list[tuple[float, int, int, dict[str, float | None]]] | None = None
     zero: ZeroSignals | None = None  # for a workload that may go to zero (an ``activation`` block)
+    # Scale-ups timed to readiness as the daemon times them, for ``coldStartSeconds: auto``.
+    cold_start: WritesToReady = field(default_factory=WritesToReady)
 
     def settings(self) -> dict[str, Any] | None:
         """The policy block the decider runs, with any defaults the policy works out (``resolved``)."""
@@ -51,6 +54,8 @@ class Contender:
         assert self.decider is not None and self.signals is not None
         activation, activity = self.zero(fleet, now) if self.zero is not None else (None, None)
         ready = fleet.ready_replicas(now)
+        if (seconds := self.cold_start.observe(now, fleet.spec_replicas, ready)) is not None:
+            self.decider.cold_start_measured(seconds)
         observation = Observation(now, fleet.spec_replicas, self.signals(fleet, now), ready, activation, activity)
         if self.observed is not None:
             metrics = dict(observation.metrics)
@@ -59,6 +64,8 @@ class Contender:
             self.observed.append((now, fleet.spec_replicas, ready, metrics))
         decision = self.decider.decide(observation)
         self.decider.applied(decision)
+        if decision.changes:
+            self.cold_start.written(now, decision.current, decision.desired)
         return decision.desired
 
 
