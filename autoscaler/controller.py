@@ -241,20 +241,7 @@ class Controller:
     ) -> dict[str, Any]:
         workload = runtime.workload
         key = workload.key
-        line: dict[str, Any] = {
-            "workload": key,
-            "dry_run": self.actuator.dry_run,
-            "leader": self.leading(),
-            "metrics": metrics.values,
-            "applied": False,
-        }
-        for name, result in metrics.failures.items():
-            line.setdefault("metric_failures", {})[name] = f"{result.failure}: {result.detail}"
-            self.telemetry.query_errors.labels(key, name, str(result.failure)).inc()
-        for name, value in metrics.values.items():
-            if value is not None:
-                self.telemetry.metric_value.labels(key, name).set(value)
-
+        line = self._line(key, metrics)
         if isinstance(state, ActuatorError):
             line.update(reason=f"target-{state.failure}", detail=state.detail)
             if state.failure == ReadFailure.NOT_FOUND and not runtime.missing:
@@ -273,22 +260,8 @@ class Controller:
             self.telemetry.decisions.labels(key, refusal).inc()
             return self._log(line, "warning")
 
-        paused = state.annotations.get(PAUSED, "").strip().lower() == "true"
-        paused_replicas = state.annotations.get(PAUSED_REPLICAS)
-        if paused_replicas is not None:
-            try:
-                hold = int(paused_replicas)
-            except ValueError:
-                line.update(reason="paused", detail=f"ignoring {PAUSED_REPLICAS}={paused_replicas!r}")
-                return self._log(line)
-            desired = min(max(hold, workload.min_replicas), workload.max_replicas)
-            decision = Decision(now, state.replicas, desired, desired, "paused")
-            return self._act(runtime, state, decision, line)
-        if paused:
-            line.update(reason="paused")
-            self.telemetry.decisions.labels(key, "paused").inc()
-            return self._log(line)
-
+        if (paused := self._paused(runtime, state, line, now)) is not None:
+            return paused
         if not runtime.warmed:  # its history is read in a later tick: no decision before it
             line.update(reason="warming-up")
             self.telemetry.decisions.labels(key, "warming-up").inc()
@@ -306,6 +279,44 @@ class Controller:
         self._count_slo(runtime, decision)
         self._metrics_events(runtime, decision, metrics, state)
         return self._act(runtime, state, decision, line)
+
+    def _line(self, key: str, metrics: WorkloadMetrics) -> dict[str, Any]:
+        """The tick's log line for a workload as its metrics were read, with the query failures and values counted."""
+        line: dict[str, Any] = {
+            "workload": key,
+            "dry_run": self.actuator.dry_run,
+            "leader": self.leading(),
+            "metrics": metrics.values,
+            "applied": False,
+        }
+        for name, result in metrics.failures.items():
+            line.setdefault("metric_failures", {})[name] = f"{result.failure}: {result.detail}"
+            self.telemetry.query_errors.labels(key, name, str(result.failure)).inc()
+        for name, value in metrics.values.items():
+            if value is not None:
+                self.telemetry.metric_value.labels(key, name).set(value)
+        return line
+
+    def _paused(
+        self, runtime: WorkloadRuntime, state: ScaleState, line: dict[str, Any], now: float
+    ) -> dict[str, Any] | None:
+        """KEDA's pause annotations: ``paused-replicas`` holds the count (within bounds), ``paused`` holds whatever
+        it is; the tick's line when paused, None otherwise."""
+        workload = runtime.workload
+        paused_replicas = state.annotations.get(PAUSED_REPLICAS)
+        if paused_replicas is not None:
+            try:
+                hold = int(paused_replicas)
+            except ValueError:
+                line.update(reason="paused", detail=f"ignoring {PAUSED_REPLICAS}={paused_replicas!r}")
+                return self._log(line)
+            desired = min(max(hold, workload.min_replicas), workload.max_replicas)
+            return self._act(runtime, state, Decision(now, state.replicas, desired, desired, "paused"), line)
+        if state.annotations.get(PAUSED, "").strip().lower() == "true":
+            line.update(reason="paused")
+            self.telemetry.decisions.labels(workload.key, "paused").inc()
+            return self._log(line)
+        return None
 
     def _warm_some(self, runtimes: list[WorkloadRuntime], wall: float, now: float) -> None:
         """Read the history of the workloads not yet warmed for up to ``WARM_UP_SHARE`` of an interval, one range
@@ -433,9 +444,17 @@ class Controller:
                 return self._log(line, "warning")
             log.info("target-claimed", workload=key, claimant=self.install)
             state = replace(state, resource_version=claimed.resource_version or state.resource_version)
+        return self._write(runtime, state, decision, desired, line)
+
+    def _write(
+        self, runtime: WorkloadRuntime, state: ScaleState, decision: Decision, desired: int, line: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The scale write itself, once every check let it through: remembered by the decider and the cold start's
+        tracker when it took effect, and an Event either way (not for a race lost or a lease gone)."""
+        workload = runtime.workload
         result = self.actuator.scale(workload.target, state, desired)
         line.update(write=result.outcome, attempts=result.attempts)
-        self.telemetry.scale_writes.labels(key, result.outcome).inc()
+        self.telemetry.scale_writes.labels(workload.key, result.outcome).inc()
         if result.applied:
             line["applied"] = True
             runtime.decider.applied(

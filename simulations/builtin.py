@@ -173,7 +173,8 @@ def sized_builtin(
     model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float, note: Note = _quiet
 ) -> tuple[PolicyFile, dict[str, Any]]:
     """The built-in policy document for the trace, and how it was sized (the report's ``sizing`` fields); it
-    spends the SLO's error budget (``with_error_budget``)."""
+    spends the SLO's error budget (``with_error_budget``). Over 60 lines: each load test is said to ``note`` before
+    and after it runs (they take seconds), between the steps."""
     shares = Shares()
     if load_test_needed(trace, slo_ttft, slo_target, model):
         tighter = tighter_than_reference(slo_ttft, slo_target)

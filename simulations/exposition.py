@@ -58,7 +58,8 @@ def _gauge(name: str, help_text: str, value: float, labels: list[str]) -> Metric
 
 def replica_families(fleet: Fleet, replica: Replica, model_name: str, epoch: float = 0.0) -> list[Metric]:
     """The metric families one replica's vLLM exposes; ``epoch`` is the Unix time of the simulation's
-    second 0 (the ``_created`` samples are Unix times)."""
+    second 0 (the ``_created`` samples are Unix times). Over 60 lines: one block per family, in the order of
+    vLLM's ``PrometheusStatLogger``, so that the two read side by side."""
     model = fleet.model
     labels = [model_name, "0"]
     created = epoch + replica.created_at

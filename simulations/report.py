@@ -241,7 +241,9 @@ def percent_of(fraction: float) -> str:
 
 def verdict(data: dict[str, Any]) -> str:
     """The table's answer in one line: the cheapest run that meets the SLO target, against the best fixed
-    fleet (the question a user asks before trusting a policy with a GPU fleet)."""
+    fleet (the question a user asks before trusting a policy with a GPU fleet). Over 60 lines: one branch per
+    case the line must name (no run meets, a policy wins, only a baseline meets, every policy missed), each
+    tested in tests/test_report.py."""
     target = data["model"]["slo_target"]
     runs = [r for r in data["results"] if not r.get("lower_bound") and r["policy"] not in FOLLOWERS]
     meeting = [r for r in runs if _meets(r, target)]

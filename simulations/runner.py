@@ -274,6 +274,7 @@ def run(
     draining). With ``miss_budget``, the run stops early once more requests than that have certainly missed
     the SLO (served late, or still waiting past their deadline); its result then says it did not meet it.
     ``stop`` is asked every simulated minute whether the run is still wanted; if not, it ends the same way.
+    Over 60 lines: the step loop, whose locals a helper per part would pass back and forth millions of times a run.
     """
     fleet = Fleet(model, trace, initial_replicas)
     end = float(trace.arrival_s[-1])

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.cli.common import EXIT_BAD_INPUT, EXIT_OK, _error, _write_failed
+
+if TYPE_CHECKING:
+    from simulations.replica_model import ReplicaModel
 
 
 def add_parser(sub: Any) -> None:
@@ -38,45 +41,14 @@ def add_parser(sub: Any) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     import yaml
 
-    from simulations.calibration import (
-        CalibrationError,
-        compare_rows,
-        fit,
-        kv_tokens_from_log,
-        load_replica_file,
-        load_run,
-        replica_file_data,
-    )
-    from simulations.replica_model import ReplicaModel
+    from simulations.calibration import CalibrationError, compare_rows, load_run, replica_file_data
 
     try:
         runs = [(path, load_run(path)) for path in args.results]
-        if args.check:
-            if not args.replica_file:
-                _error("--check scores a replica file: give --replica-file replica.yaml")
-                return EXIT_BAD_INPUT
-            model = load_replica_file(args.replica_file)
-            warnings: list[str] = []
-        else:
-            if args.replica_file:
-                _error("--replica-file is for --check; to fit, leave it out")
-                return EXIT_BAD_INPUT
-            kv = args.kv_cache_tokens
-            if kv is None and args.server_log:
-                kv = kv_tokens_from_log(args.server_log)
-            if kv is None or kv <= 0:
-                _error("give the KV cache's size: --kv-cache-tokens N, or --server-log FILE (vLLM's start-up log)")
-                return EXIT_BAD_INPUT
-            base = ReplicaModel(
-                name=args.name,
-                kv_cache_tokens=kv,
-                max_num_seqs=args.max_num_seqs,
-                max_num_batched_tokens=args.max_num_batched_tokens,
-                kv_block_tokens=args.block_size,
-                gpus_per_replica=args.gpus,
-            )
-            fitted = fit(runs, base)
-            model, warnings = fitted.model, fitted.warnings
+        replica = _replica(args, runs)
+        if isinstance(replica, int):
+            return replica
+        model, warnings = replica
         rows = compare_rows(model, runs)
     except CalibrationError as exc:
         _error(str(exc))
@@ -102,6 +74,38 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         except OSError as exc:
             return _write_failed(exc, args.out)
     return EXIT_OK
+
+
+def _replica(args: argparse.Namespace, runs: list[tuple[str, Any]]) -> tuple[ReplicaModel, list[str]] | int:
+    """The replica to score: the file given with ``--check``, else the one fitted to the runs (with the fit's
+    warnings); an exit status, said in one line, for flags that cannot give one."""
+    from simulations.calibration import fit, kv_tokens_from_log, load_replica_file
+    from simulations.replica_model import ReplicaModel
+
+    if args.check:
+        if not args.replica_file:
+            _error("--check scores a replica file: give --replica-file replica.yaml")
+            return EXIT_BAD_INPUT
+        return load_replica_file(args.replica_file), []
+    if args.replica_file:
+        _error("--replica-file is for --check; to fit, leave it out")
+        return EXIT_BAD_INPUT
+    kv = args.kv_cache_tokens
+    if kv is None and args.server_log:
+        kv = kv_tokens_from_log(args.server_log)
+    if kv is None or kv <= 0:
+        _error("give the KV cache's size: --kv-cache-tokens N, or --server-log FILE (vLLM's start-up log)")
+        return EXIT_BAD_INPUT
+    base = ReplicaModel(
+        name=args.name,
+        kv_cache_tokens=kv,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        kv_block_tokens=args.block_size,
+        gpus_per_replica=args.gpus,
+    )
+    fitted = fit(runs, base)
+    return fitted.model, fitted.warnings
 
 
 COLUMNS = (

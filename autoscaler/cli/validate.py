@@ -44,47 +44,49 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(f"{source}: {len(exc.problems)} problem(s)", file=sys.stderr)
             continue
         warnings = {w.key: _signal_warnings(w) for w in document.workloads}
-        workloads = [
-            {
-                "workload": w.key,
-                "policy": w.policy_type,
-                "minReplicas": w.min_replicas,
-                "maxReplicas": w.max_replicas,
-                "metrics": [m.name for m in w.metrics],
-                **({"activation": w.activation.model_dump(by_alias=True)} if w.activation else {}),
-                **({"slo": w.slo.model_dump(by_alias=True)} if w.slo else {}),
-                **({"capacity": w.capacity.model_dump(by_alias=True)} if w.capacity else {}),
-                "warnings": warnings[w.key],
-            }
-            for w in document.workloads
-        ]
-        report.append({"source": source, "valid": True, "workloads": workloads})
+        report.append(
+            {"source": source, "valid": True, "workloads": [_summary(w, warnings[w.key]) for w in document.workloads]}
+        )
         if args.output != "json":
             for w in document.workloads:
-                zero = (
-                    f"; to zero after {w.activation.idle_seconds} s idle, woken above {w.activation.threshold:g} "
-                    "on its activation query"
-                    if w.activation
-                    else ""
-                )
-                slo = (
-                    f"; SLO: {w.slo.ttft_seconds:g} s to first token for {w.slo.target:.2%} of requests"
-                    if w.slo
-                    else ""
-                )
-                signals = f"metrics {', '.join(m.name for m in w.metrics)}" if w.metrics else "no metrics yet"
-                if w.capacity is not None:
-                    learned = ", learned" if w.capacity.learn else ""
-                    signals += (
-                        f" (built from capacity: {w.capacity.prompt_tokens_per_second:g} prompt tokens/s{learned})"
-                    )
-                print(f"{w.key}: {w.policy_type}, {w.min_replicas}-{w.max_replicas} replicas, {signals}{zero}{slo}")
+                print(_line(w))
                 for warning in warnings[w.key]:
                     print(f"warning: {w.key}: {warning}", file=sys.stderr)
             print(f"{source}: valid")
     if args.output == "json":
         print(json.dumps({"valid": failed == 0, "policies": report}, indent=2))
     return EXIT_BAD_INPUT if failed else EXIT_OK
+
+
+def _summary(w: Workload, warnings: list[str]) -> dict[str, Any]:
+    """A valid workload as ``-o json`` reports it."""
+    return {
+        "workload": w.key,
+        "policy": w.policy_type,
+        "minReplicas": w.min_replicas,
+        "maxReplicas": w.max_replicas,
+        "metrics": [m.name for m in w.metrics],
+        **({"activation": w.activation.model_dump(by_alias=True)} if w.activation else {}),
+        **({"slo": w.slo.model_dump(by_alias=True)} if w.slo else {}),
+        **({"capacity": w.capacity.model_dump(by_alias=True)} if w.capacity else {}),
+        "warnings": warnings,
+    }
+
+
+def _line(w: Workload) -> str:
+    """A valid workload in one line: its policy, bounds, signals, zero and SLO."""
+    zero = (
+        f"; to zero after {w.activation.idle_seconds} s idle, woken above {w.activation.threshold:g} "
+        "on its activation query"
+        if w.activation
+        else ""
+    )
+    slo = f"; SLO: {w.slo.ttft_seconds:g} s to first token for {w.slo.target:.2%} of requests" if w.slo else ""
+    signals = f"metrics {', '.join(m.name for m in w.metrics)}" if w.metrics else "no metrics yet"
+    if w.capacity is not None:
+        learned = ", learned" if w.capacity.learn else ""
+        signals += f" (built from capacity: {w.capacity.prompt_tokens_per_second:g} prompt tokens/s{learned})"
+    return f"{w.key}: {w.policy_type}, {w.min_replicas}-{w.max_replicas} replicas, {signals}{zero}{slo}"
 
 
 def _signal_warnings(workload: Workload) -> list[str]:

@@ -201,7 +201,8 @@ class KubeServer:
     def _start_binaries(self, assets: Path, policy: Path) -> None:
         """What ``start.sh``'s ``start_kube`` does, from a folder of binaries: etcd and kube-apiserver on
         loopback, a self-signed serving certificate, token authentication for an admin and an unprivileged
-        identity, RBAC on; the same ``KUBE_*`` values in :attr:`env`."""
+        identity, RBAC on; the same ``KUBE_*`` values in :attr:`env`. Over 60 lines: the servers' flags, one a
+        line, as ``start.sh`` gives them."""
         folder = Path(tempfile.mkdtemp(prefix="kube-", dir=self.workdir))
         ports: list[int] = []
         while len(ports) < 3:
