@@ -10,6 +10,7 @@ import hashlib
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,21 @@ log = get_logger("autoscaler.controller")
 
 
 EVENT_REASONS = {Reason.SCALED_TO_ZERO: "ScaledToZero", Reason.ACTIVATED: "Activated"}
+# Scale writes in flight at once, each with its owner check, claim and Event: 1,000 scale-ups in one tick wrote one
+# after another for minutes; this many at a time bounds what a burst asks of the API server.
+WRITE_CONCURRENCY = 16
 WARM_UP_SHARE = 0.5  # of an interval: what a tick spends reading workloads' history before it decides
+
+
+@dataclass
+class _Commit:
+    """A scale write a tick decided, made with the others once every workload has decided (``_commit_all``)."""
+
+    runtime: WorkloadRuntime
+    state: ScaleState
+    decision: Decision
+    desired: int
+    line: dict[str, Any]
 
 
 @dataclass
@@ -111,6 +126,7 @@ class Controller:
         self.started_at = decision_clock()
         self.prometheus_ok = False
         self.records: dict[str, WorkloadRecord] = {}  # as of the last tick: the state written, and ``/status``
+        self._commits: list[_Commit] = []  # the tick's scale writes, made together once every workload decided
 
     # -- the policy file -----------------------------------------------------------------------------
 
@@ -216,6 +232,7 @@ class Controller:
         for latency in self.observer.last_latencies:
             self.telemetry.query_latency.observe(latency)
         lines = []
+        self._commits = []
         for runtime, state in zip(runtimes, states, strict=True):
             metrics = observed.get(runtime.workload.key, WorkloadMetrics({}))
             try:
@@ -227,6 +244,7 @@ class Controller:
                 lines.append(
                     {"workload": key, "reason": "workload-failed", "detail": repr(exc)[:300], "applied": False}
                 )
+        self._commit_all()
         self.prometheus_ok = any(not m.all_failed for m in observed.values()) or not observed
         self.records = self._records(lines, wall, now)
         if self._writes_state():
@@ -433,6 +451,35 @@ class Controller:
         if not self.leading():
             line["write"] = "not-leader"
             return self._log(line)
+        self._commits.append(_Commit(runtime, state, decision, desired, line))  # written with the others (tick)
+        return line
+
+    def _commit_all(self) -> None:
+        """The tick's scale writes, ``WRITE_CONCURRENCY`` at a time, once every workload has decided: a burst of
+        scale-ups is written within the interval. One workload's failing write stalls no other."""
+        commits, self._commits = self._commits, []
+
+        def commit(c: _Commit) -> None:
+            try:
+                self._commit(c.runtime, c.state, c.decision, c.desired, c.line)
+            except Exception as exc:
+                log.exception("workload-write-failed", workload=c.runtime.workload.key)
+                c.line.update(write="failed", detail=repr(exc)[:300], applied=False)
+
+        if len(commits) <= 1:
+            for c in commits:
+                commit(c)
+            return
+        with ThreadPoolExecutor(min(WRITE_CONCURRENCY, len(commits)), thread_name_prefix="scale-write") as pool:
+            list(pool.map(commit, commits))
+
+    def _commit(
+        self, runtime: WorkloadRuntime, state: ScaleState, decision: Decision, desired: int, line: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One scale write's last checks, then the write: the owners listed again (an owner created since the
+        tick's check is seen), the target claimed for this install, and ``_write``."""
+        workload = runtime.workload
+        key = workload.key
         if self._ownership(runtime, state, line, fresh=True) is not None:  # the tick's decision is counted already
             self.telemetry.scale_writes.labels(key, "refused").inc()
             line["write"] = "refused"

@@ -556,3 +556,59 @@ def test_a_reload_that_cannot_be_used_keeps_the_last_good_policy(
     assert rejected[0]["keeping"] == "last good policy"
     assert lines[0]["desired"] == 6 and actuator.writes == [("a", 6)]  # the good policy decided
     assert actuator.events.count(("a", "InvalidPolicy")) == 1
+
+
+@dataclass
+class SlowActuator(FakeActuator):
+    """Each scale write takes a while, and the most writes in flight at once is counted."""
+
+    in_flight: int = 0
+    most: int = 0
+
+    def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
+        import threading
+        import time
+
+        lock = self.__dict__.setdefault("_lock", threading.Lock())
+        with lock:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+        time.sleep(0.02)
+        with lock:
+            self.in_flight -= 1
+        return super().scale(target, state, replicas)
+
+
+def test_a_burst_of_scale_ups_is_written_together_within_a_bound(source: FakeSource) -> None:
+    """Every workload decides first, then the writes go out ``WRITE_CONCURRENCY`` at a time (how long a burst takes
+    is the bench's ``burst_wall_s``), each one written and logged once."""
+    from autoscaler.controller import WRITE_CONCURRENCY
+
+    names = tuple(f"w{i}" for i in range(64))
+    source.values = dict.fromkeys(names, 12.0)
+    actuator = SlowActuator(states={n: state(2) for n in names})
+    ctl = controller(actuator, source, names=names)
+    lines = ctl.tick()
+    assert sorted(actuator.writes) == sorted((n, 6) for n in names)
+    assert all(line["applied"] and line["write"] == "applied" for line in lines)
+    assert 1 < actuator.most <= WRITE_CONCURRENCY
+    assert len(actuator.events) == 64  # one SuccessfulRescale each
+
+
+def test_one_write_that_raises_fails_alone(source: FakeSource) -> None:
+    source.values = {"a": 12.0, "b": 12.0}
+    actuator = FakeActuator(states={"a": state(2), "b": state(2)})
+    ctl = controller(actuator, source, names=("a", "b"))
+    ctl._ownership = _raising_for("a", ctl._ownership)  # type: ignore[method-assign]
+    lines = {line["workload"]: line for line in ctl.tick()}
+    assert lines["llm/a"]["write"] == "failed" and not lines["llm/a"]["applied"]
+    assert lines["llm/b"]["applied"] and actuator.writes == [("b", 6)]
+
+
+def _raising_for(name: str, check: Any) -> Any:
+    def ownership(runtime: Any, state: Any, line: Any, fresh: bool = False) -> Any:
+        if fresh and runtime.workload.target.name == name:
+            raise RuntimeError("a bug in one workload's write")
+        return check(runtime, state, line, fresh)
+
+    return ownership

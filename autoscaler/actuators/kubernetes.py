@@ -94,6 +94,7 @@ class KubernetesActuator:
         self.authority = authority
         self.stopping = stopping or threading.Event()
         self._events: dict[tuple[str, ...], _Recorded] = {}
+        self._events_lock = threading.Lock()  # scale writes, and so their Events, run in several threads
         self._failing: dict[tuple[str, str], tuple[float, int, Exception]] = {}  # (list, namespace): until, count, why
 
     def _read(self, what: str, namespace: str, fn: Callable[[], Any]) -> Any:
@@ -379,14 +380,18 @@ class KubernetesActuator:
             return
         key = (target.kind, target.namespace, target.name, kind, reason, message)
         now, stamp = self.clock(), datetime.now(UTC)
-        seen = self._events.get(key)
-        if seen is not None and now - seen.last_seen < EVENT_AGGREGATE_S:
-            seen.last_seen, seen.count = now, seen.count + 1
-            if not seen.take(now):
-                return
-            body: Any = {"count": seen.count, "lastTimestamp": stamp.isoformat().replace("+00:00", "Z")}
+        aggregate: tuple[str, int] | None = None  # the Event already recorded, and its count now
+        with self._events_lock:
+            seen = self._events.get(key)
+            if seen is not None and now - seen.last_seen < EVENT_AGGREGATE_S:
+                seen.last_seen, seen.count = now, seen.count + 1
+                if not seen.take(now):
+                    return
+                aggregate = (seen.name, seen.count)
+        if aggregate is not None:
+            body: Any = {"count": aggregate[1], "lastTimestamp": stamp.isoformat().replace("+00:00", "Z")}
             try:
-                self.core.patch_namespaced_event(seen.name, target.namespace, body, _request_timeout=self.timeout)
+                self.core.patch_namespaced_event(aggregate[0], target.namespace, body, _request_timeout=self.timeout)
                 return
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
                 log.debug("event-failed", reason=reason, detail=_short(exc))
@@ -412,10 +417,11 @@ class KubernetesActuator:
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.debug("event-failed", reason=reason, detail=_short(exc))
             return
-        self._events[key] = _Recorded(name, now, now, float(EVENT_BURST - 1))
-        if len(self._events) > 4096:  # forget the oldest
-            oldest = min(self._events, key=lambda k: self._events[k].last_seen)
-            del self._events[oldest]
+        with self._events_lock:
+            self._events[key] = _Recorded(name, now, now, float(EVENT_BURST - 1))
+            if len(self._events) > 4096:  # forget the oldest
+                oldest = min(self._events, key=lambda k: self._events[k].last_seen)
+                del self._events[oldest]
 
 
 @dataclass
