@@ -1,11 +1,16 @@
 """The controller's per-workload state, kept in the cluster so a restart or a failover loses nothing.
 
-One ConfigMap, ``vllm-autoscaler-state`` in the controller's own namespace, one key per workload holding a
-JSON record: what ``status`` shows (counts, metrics against targets, the last scale and why, owners) and
-what a successor needs to carry on (the measured cold starts, a scale-up still on its way, the behavior
-history that the stabilization windows and rate limits read). Only the leader writes it, never in dry-run;
-a new leader reads it before its first decision. Times are stored as wall-clock seconds and converted to
-and from the decision clock (monotonic, per process) on the way.
+ConfigMaps in the controller's own namespace, one key per workload holding a JSON record: what ``status`` shows
+(counts, metrics against targets, the last scale and why, owners) and what a successor needs to carry on (the
+measured cold starts, a scale-up still on its way, the behavior history that the stabilization windows and rate
+limits read). Only the leader writes it, never in dry-run; a new leader reads it before its first decision. Times
+are stored as wall-clock seconds and converted to and from the decision clock (monotonic, per process) on the way.
+
+A fleet whose records fit in one ConfigMap (a few hundred workloads) has one, ``vllm-autoscaler-state``. A larger
+one is sharded over ``vllm-autoscaler-state`` and ``vllm-autoscaler-state-1`` to ``-31`` by a hash of the record's
+key, so that each stays under Kubernetes' 1 MiB object limit; the first names how many in its ``layout.json`` key,
+and only a shard whose records changed is written. Worked example: 10,000 workloads of about 540 bytes each take 16
+shards; one workload scaling rewrites one of them (tests/test_state.py).
 
 With plain kubectl: ``kubectl -n vllm-autoscaler get configmap vllm-autoscaler-state -o yaml``.
 """
@@ -13,6 +18,8 @@ With plain kubectl: ``kubectl -n vllm-autoscaler get configmap vllm-autoscaler-s
 from __future__ import annotations
 
 import json
+import math
+import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -26,6 +33,9 @@ from autoscaler.logs import get_logger
 log = get_logger("autoscaler.state")
 STATE_CONFIGMAP = "vllm-autoscaler-state"
 MAX_BYTES = 900_000  # under the API's 1 MiB object limit, with room for metadata
+SHARD_BYTES = 600_000  # what a shard is sized for: records grow between layouts (a behavior history fills)
+MOST_SHARDS = 32  # the ConfigMaps the RBAC names: vllm-autoscaler-state, and -1 to -31
+LAYOUT_KEY = "layout.json"  # in the first ConfigMap: {"shards": N}
 VOLATILE = {"updated_at", "metrics"}
 """What changes on every tick without changing the state: written with the rest, but not a reason to write."""
 HEARTBEAT_S = 300.0  # at most this long between writes while only the volatile fields change: status stays fresh
@@ -85,8 +95,26 @@ class StateStore(Protocol):
     def save(self, records: dict[str, WorkloadRecord]) -> None: ...
 
 
+def shard_name(base: str, shard: int) -> str:
+    return base if shard == 0 else f"{base}-{shard}"
+
+
+def shard_of(key: str, shards: int) -> int:
+    """The shard a record key lives in: a hash of the key, the same in every process."""
+    return zlib.crc32(key.encode()) % shards
+
+
+def shards_for(essential_bytes: int, at_least: int = 1) -> int:
+    """The shards that hold records whose essential fields take ``essential_bytes`` (the whole records take about
+    twice that), in ``SHARD_BYTES`` each: a power of two, never fewer than ``at_least`` (a layout only grows
+    while a process runs, so records do not move back and forth), at most ``MOST_SHARDS``."""
+    needed = max(1, math.ceil(2 * essential_bytes / SHARD_BYTES))
+    return min(MOST_SHARDS, max(at_least, 1 << (needed - 1).bit_length()))
+
+
 class ConfigMapStateStore:
-    """The records in one ConfigMap: read with GET, written with a create or a replace on the version read."""
+    """The records in one ConfigMap or a few (the module's docstring): each read with GET, written with a create or
+    a replace on the version read, only when its records changed."""
 
     def __init__(
         self,
@@ -101,64 +129,109 @@ class ConfigMapStateStore:
         self.core = client.CoreV1Api(api)
         self.namespace, self.name, self.timeout = namespace, name, timeout
         self.authority = authority
-        self.essential: dict[str, str] = {}  # what was last written, less its VOLATILE fields
+        self.shards = 1
+        self.essential: dict[str, str] = {}  # what was last written, less its VOLATILE fields, by record key
         self.written_at = 0.0  # the records' updated_at when last written
-        self.version: str | None = None
-        self.written: dict[str, str] = {}
+        self.versions: dict[int, str | None] = {}  # each shard's resourceVersion; None: not created yet
+        self.written: dict[int, dict[str, str]] = {}  # each shard's data as last read or written
+        self.writes = 0  # ConfigMap writes made, for the bench's ``state_writes_idle_tick``
 
     def load(self) -> dict[str, WorkloadRecord]:
+        data = self._read(0)
+        layout = data.pop(LAYOUT_KEY, None)
+        try:
+            shards = int(json.loads(layout)["shards"]) if layout else 1
+        except (ValueError, KeyError, TypeError):
+            log.warning("state-layout-unreadable", detail=str(layout)[:200])
+            shards = 1
+        self.shards = min(max(shards, 1), MOST_SHARDS)
+        for shard in range(1, self.shards):
+            data.update(self._read(shard))
+        self.essential = {}
+        return parse_records(data)
+
+    def _read(self, shard: int) -> dict[str, str]:
         try:
             configmap: Any = self.core.read_namespaced_config_map(
-                self.name, self.namespace, _request_timeout=self.timeout
+                shard_name(self.name, shard), self.namespace, _request_timeout=self.timeout
             )
         except ApiException as exc:
             if exc.status == 404:
-                self.version = None
+                self.versions[shard], self.written[shard] = None, {}
                 return {}
             raise
-        self.version = configmap.metadata.resource_version
-        self.written = dict(configmap.data or {})
-        return parse_records(self.written)
+        self.versions[shard] = configmap.metadata.resource_version
+        self.written[shard] = dict(configmap.data or {})
+        return dict(self.written[shard])
 
     def save(self, records: dict[str, WorkloadRecord]) -> None:
-        """Write the records if their state changed (anything but the ``VOLATILE`` fields), or every ``HEARTBEAT_S``
-        while only those did: a fleet that holds steady costs etcd no write a tick. A 409 or 404 (another writer, or
-        a deletion) re-reads the ConfigMap; the next tick writes again."""
+        """Write the shards whose records' state changed (anything but the ``VOLATILE`` fields), and every one every
+        ``HEARTBEAT_S`` while only those did: a fleet that holds steady costs etcd no write a tick. A 409 or 404
+        (another writer, or a deletion) re-reads the ConfigMaps; the next tick writes again."""
         essential = {
             k: r.model_dump_json(by_alias=True, exclude_none=True, exclude=VOLATILE) for k, r in records.items()
         }
         stamp = max((r.updated_at for r in records.values()), default=0.0)
-        if essential == self.essential and stamp - self.written_at < HEARTBEAT_S:
+        heartbeat = stamp - self.written_at >= HEARTBEAT_S
+        if essential == self.essential and not heartbeat:
             return  # the usual tick: one serialization of the state, none of the whole records
+        shards = shards_for(sum(len(v) for v in essential.values()), self.shards)
+        moved = shards != self.shards
+        keys: list[list[str]] = [[] for _ in range(shards)]
+        for key in records:
+            keys[shard_of(key, shards)].append(key)
+        for shard, held in enumerate(keys):
+            same = all(essential[k] == self.essential.get(k) for k in held) and (
+                len(held) == sum(1 for k in self.essential if shard_of(k, shards) == shard)
+            )
+            if same and not heartbeat and not moved:
+                continue
+            if not self._write(shard, shards, {k: records[k] for k in held}):
+                return
+        if moved:
+            log.info("state-resharded", shards=shards, previously=self.shards)
+        self.shards, self.essential, self.written_at = shards, essential, stamp
+
+    def _write(self, shard: int, shards: int, records: dict[str, WorkloadRecord]) -> bool:
+        """One shard's records written if they differ from what it holds; False when the write was fenced or lost a
+        race (the ConfigMaps are re-read, and the next tick writes again)."""
         data = {key: record.model_dump_json(by_alias=True, exclude_none=True) for key, record in records.items()}
-        if sum(len(v) for v in data.values()) > MAX_BYTES:  # a very large fleet: keep the rest, drop the history
+        if sum(len(v) for v in data.values()) > MAX_BYTES:  # a shard too full: keep the rest, drop the history
             data = {
                 key: record.model_copy(update={"behavior": {}}).model_dump_json(by_alias=True, exclude_none=True)
                 for key, record in records.items()
             }
-        if data == self.written:
-            return
+        if shard == 0 and shards > 1:
+            data[LAYOUT_KEY] = json.dumps({"shards": shards})
+        if data == self.written.get(shard):
+            return True
         if self.authority is not None and self.authority() <= 0:
             log.info("state-fenced", detail="this process does not hold the Lease (or has not renewed it in time)")
-            return
-        body: Any = {"metadata": {"name": self.name, "namespace": self.namespace}, "data": data}
+            return False
+        name = shard_name(self.name, shard)
+        body: Any = {"metadata": {"name": name, "namespace": self.namespace}, "data": data}
         try:
-            if self.version is None:
+            if self.versions.get(shard) is None:
                 answer: Any = self.core.create_namespaced_config_map(
                     self.namespace, body, _request_timeout=self.timeout
                 )
             else:
-                body["metadata"]["resourceVersion"] = self.version
+                body["metadata"]["resourceVersion"] = self.versions[shard]
                 answer = self.core.replace_namespaced_config_map(
-                    self.name, self.namespace, body, _request_timeout=self.timeout
+                    name, self.namespace, body, _request_timeout=self.timeout
                 )
         except ApiException as exc:
+            if exc.status == 409 and self.versions.get(shard) is None:  # created by a predecessor: read its version
+                self._read(shard)
+                return False
             if exc.status not in (404, 409):
                 raise
             self.load()
-            return
-        self.version = answer.metadata.resource_version
-        self.written, self.essential, self.written_at = data, essential, stamp
+            return False
+        self.writes += 1
+        self.versions[shard] = answer.metadata.resource_version
+        self.written[shard] = data
+        return True
 
 
 def parse_records(data: dict[str, str]) -> dict[str, WorkloadRecord]:

@@ -108,9 +108,11 @@ def test_rbac_is_least_privilege_without_wildcards() -> None:
         set(rules_matched["resources"]) == {"deployments", "statefulsets"} and policy["spec"]["failurePolicy"] == "Fail"
     )
     assert {r["resources"][0] for r in rules["Role"]} == {"leases", "configmaps"}
-    for rule in rules["Role"]:  # its own state ConfigMap, by name, and no other
+    from autoscaler.state import MOST_SHARDS, STATE_CONFIGMAP, shard_name
+
+    for rule in rules["Role"]:  # its own state ConfigMaps (the shards), by name, and no other
         if rule["resources"] == ["configmaps"] and rule["verbs"] != ["create"]:
-            assert rule["resourceNames"] == ["vllm-autoscaler-state"]
+            assert rule["resourceNames"] == [shard_name(STATE_CONFIGMAP, i) for i in range(MOST_SHARDS)]
     assert not any(r["resources"] == ["configmaps"] for r in rules["ClusterRole"])
     namespaced = _rules(DEPLOY / "overlays" / "namespaced" / "target-rbac.yaml")
     assert namespaced["Role"] == rules["ClusterRole"], "the namespaced variant grants the ClusterRole's rules"

@@ -3,12 +3,23 @@ tests/integration/test_daemon.py)."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
-from autoscaler.state import HEARTBEAT_S, ConfigMapStateStore, WorkloadRecord
+from autoscaler.state import (
+    HEARTBEAT_S,
+    LAYOUT_KEY,
+    MAX_BYTES,
+    MOST_SHARDS,
+    ConfigMapStateStore,
+    WorkloadRecord,
+    shard_name,
+    shard_of,
+)
 
 
 class FakeCore:
@@ -54,3 +65,91 @@ def test_the_state_is_written_when_it_changes_not_on_every_tick() -> None:
     assert len(core.writes) == 2
     store.save(records(1150.0 + HEARTBEAT_S, desired=5, waiting=1.0))
     assert len(core.writes) == 3  # the heartbeat: status's metrics are never older than it
+
+
+class ShardedCore:
+    """ConfigMaps by name, as the API keeps them: read, created once, replaced on the version read."""
+
+    def __init__(self) -> None:
+        self.maps: dict[str, dict[str, str]] = {}
+        self.writes: list[str] = []
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: Any) -> Any:
+        if name not in self.maps:
+            raise ApiException(status=404)
+        version = str(sum(1 for n in self.writes if n == name))
+        return SimpleNamespace(metadata=SimpleNamespace(resource_version=version), data=dict(self.maps[name]))
+
+    def create_namespaced_config_map(self, namespace: str, body: Any, **_: Any) -> Any:
+        name = body["metadata"]["name"]
+        if name in self.maps:
+            raise ApiException(status=409)
+        return self._answer(name, body)
+
+    def replace_namespaced_config_map(self, name: str, namespace: str, body: Any, **_: Any) -> Any:
+        return self._answer(name, body)
+
+    def _answer(self, name: str, body: Any) -> Any:
+        self.maps[name] = dict(body["data"])
+        self.writes.append(name)
+        return SimpleNamespace(metadata=SimpleNamespace(resource_version=str(len(self.writes))))
+
+
+def fleet(count: int, at: float, desired: int = 4, changed: str | None = None) -> dict[str, WorkloadRecord]:
+    """``count`` workloads with a behavior history each, about what a busy fleet's records hold."""
+    behavior = {"recommendations": [[1000.0 - 15.0 * i, 4.0] for i in range(20)]}
+    out = {}
+    for i in range(count):
+        name = f"model-{i}"
+        out[f"deployment_llm_{name}.json"] = WorkloadRecord(
+            workload=f"llm/{name}",
+            target=f"Deployment/{name}",
+            policy="predictive",
+            updated_at=at,
+            desired=desired + (name == changed),
+            metrics={"waiting": {"value": 7.0, "target": 2.0, "type": "AverageValue"}},
+            behavior=behavior,
+        )
+    return out
+
+
+def _store(core: ShardedCore) -> ConfigMapStateStore:
+    store = ConfigMapStateStore(client.ApiClient(), "vllm-autoscaler")
+    store.core = core  # type: ignore[assignment]
+    return store
+
+
+def test_a_large_fleet_is_sharded_under_the_object_limit_and_read_back_whole() -> None:
+    core = ShardedCore()
+    store = _store(core)
+    store.load()
+    written = fleet(10_000, 1000.0)
+    store.save(written)
+    assert 1 < store.shards <= MOST_SHARDS and len(core.maps) == store.shards
+    assert all(sum(len(v) for v in data.values()) <= MAX_BYTES for data in core.maps.values())
+    assert json.loads(core.maps["vllm-autoscaler-state"][LAYOUT_KEY]) == {"shards": store.shards}
+    again = _store(core)
+    assert {r.workload for r in again.load().values()} == {r.workload for r in written.values()}
+    assert again.shards == store.shards
+
+
+def test_one_workload_changing_rewrites_its_shard_only_and_an_idle_tick_writes_none() -> None:
+    core = ShardedCore()
+    store = _store(core)
+    store.load()
+    store.save(fleet(10_000, 1000.0))
+    before = len(core.writes)
+    store.save(fleet(10_000, 1015.0))  # only the time moved
+    assert len(core.writes) == before
+    store.save(fleet(10_000, 1030.0, changed="model-42"))
+    assert core.writes[before:] == [
+        shard_name("vllm-autoscaler-state", shard_of("deployment_llm_model-42.json", store.shards))
+    ]
+
+
+def test_a_small_fleet_keeps_one_configmap_without_a_layout() -> None:
+    core = ShardedCore()
+    store = _store(core)
+    store.load()
+    store.save(fleet(50, 1000.0))
+    assert list(core.maps) == ["vllm-autoscaler-state"] and LAYOUT_KEY not in core.maps["vllm-autoscaler-state"]

@@ -70,7 +70,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         except OSError as exc:
             _error(f"cannot reach the cluster: {str(exc).splitlines()[0][:200]}")
             return EXIT_FAILED
-        if store.version is None:
+        if store.versions.get(0) is None:
             _error(
                 f"no state in {args.namespace}/{STATE_CONFIGMAP}: no leader has written it yet (a dry-run "
                 "controller writes nothing into the cluster: read it with --url http://ITS-ADDRESS:PORT)"
