@@ -95,6 +95,19 @@ class StateStore(Protocol):
     def save(self, records: dict[str, WorkloadRecord]) -> None: ...
 
 
+def essential_json(record: WorkloadRecord) -> str:
+    """What makes a record's state change: everything but the ``VOLATILE`` fields, and of its behavior history the
+    scale events whole but the stabilization window's recommendations by their values only. A steady fleet adds a
+    recommendation of the same count every tick; the window's times are written with the heartbeat, so a successor
+    reads them up to ``HEARTBEAT_S`` old (the HPA keeps them in memory only, and forgets them on a restart)."""
+    shape = {
+        part: sorted({entry[0] for entry in entries}) if part == "recommendations" else entries
+        for part, entries in record.behavior.items()
+    }
+    fields = record.model_dump_json(by_alias=True, exclude_none=True, exclude=VOLATILE | {"behavior"})
+    return fields + json.dumps(shape, sort_keys=True)
+
+
 def shard_name(base: str, shard: int) -> str:
     return base if shard == 0 else f"{base}-{shard}"
 
@@ -168,9 +181,7 @@ class ConfigMapStateStore:
         """Write the shards whose records' state changed (anything but the ``VOLATILE`` fields), and every one every
         ``HEARTBEAT_S`` while only those did: a fleet that holds steady costs etcd no write a tick. A 409 or 404
         (another writer, or a deletion) re-reads the ConfigMaps; the next tick writes again."""
-        essential = {
-            k: r.model_dump_json(by_alias=True, exclude_none=True, exclude=VOLATILE) for k, r in records.items()
-        }
+        essential = {k: essential_json(r) for k, r in records.items()}
         stamp = max((r.updated_at for r in records.values()), default=0.0)
         heartbeat = stamp - self.written_at >= HEARTBEAT_S
         if essential == self.essential and not heartbeat:

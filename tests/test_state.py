@@ -153,3 +153,25 @@ def test_a_small_fleet_keeps_one_configmap_without_a_layout() -> None:
     store.load()
     store.save(fleet(50, 1000.0))
     assert list(core.maps) == ["vllm-autoscaler-state"] and LAYOUT_KEY not in core.maps["vllm-autoscaler-state"]
+
+
+def test_a_steady_windows_new_recommendations_are_no_change_and_a_new_count_is() -> None:
+    """A fleet holding 4 adds a recommendation of 4 every tick: nothing to write until the heartbeat; a
+    recommendation of 5 in the window is written at once."""
+    core = ShardedCore()
+    store = _store(core)
+    store.load()
+
+    def at(t: float, values: list[int]) -> dict[str, WorkloadRecord]:
+        behavior = {"recommendations": [[float(v), t - 15.0 * i] for i, v in enumerate(values)], "scale_up": []}
+        record = WorkloadRecord(
+            workload="llm/a", target="Deployment/a", policy="threshold", updated_at=t, desired=4, behavior=behavior
+        )
+        return {"deployment_llm_a.json": record}
+
+    store.save(at(1000.0, [4]))
+    store.save(at(1015.0, [4, 4]))
+    store.save(at(1030.0, [4, 4, 4]))
+    assert len(core.writes) == 1
+    store.save(at(1045.0, [5, 4, 4, 4]))
+    assert len(core.writes) == 2
