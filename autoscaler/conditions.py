@@ -140,6 +140,10 @@ def merge(previous: list[Condition], judged: dict[str, tuple[Status, str, str]],
                 out.append(before)
             continue
         status, reason, message = judged[kind]
+        message = message[:300]
+        if before is not None and (before.status, before.reason, before.message) == (status, reason, message):
+            out.append(before)  # unchanged: the same object, not another validated one every tick
+            continue
         since = before.last_transition_time if before is not None and before.status == status else now
-        out.append(Condition(type=kind, status=status, reason=reason, message=message[:300], lastTransitionTime=since))
+        out.append(Condition(type=kind, status=status, reason=reason, message=message, lastTransitionTime=since))
     return out

@@ -22,7 +22,7 @@ from autoscaler.metrics.queries import (
     batched_query,
     freshness_query,
     metric_queries,
-    pod_pattern,
+    pod_owners,
     quantile_of,
 )
 from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
@@ -67,7 +67,6 @@ class Observer:
         every = sorted({n for spaces in namespaces.values() for n in spaces})
         self.freshness = freshness_query(every) if every else None
         self.staleness = float(document.prometheus.staleness_seconds)
-        self.patterns = {w.key: pod_pattern(w) for w in document.workloads}
         self._custom_ages()
         self.last_latencies: list[float] = []  # one per request of the last collect
         self.ages: dict[tuple[str, str], float] = {}  # (namespace, pod): its newest sample's age at the last collect
@@ -156,7 +155,7 @@ class Observer:
         metrics: WorkloadMetrics,
         custom: Mapping[str, QueryResult],
         vectors: dict[str, VectorResult],
-        by_pod: dict[str, dict[str, list[tuple[dict[str, str], float]]]],
+        by_pod: dict[str, dict[tuple[str, bool, str], list[tuple[dict[str, str], float]]]],
     ) -> WorkloadMetrics:
         """The activation query's value, and the replicas' activity: no series for a pod that has one (a
         zero-replica fleet, a scrape that failed) is no value, never "no requests"."""
@@ -182,22 +181,29 @@ class Observer:
         return self.ages.get((namespace, labels.get("pod", "")), 0.0)
 
     @staticmethod
-    def _index(vector: VectorResult) -> dict[str, list[tuple[dict[str, str], float]]]:
-        index: dict[str, list[tuple[dict[str, str], float]]] = {}
+    def _index(vector: VectorResult) -> dict[tuple[str, bool, str], list[tuple[dict[str, str], float]]]:
+        """The samples by the workload each pod's name says it belongs to (``pod_owners``), so that a workload finds
+        its pods in one lookup: scanning a namespace's pods for each of its workloads cost 10,000 workloads in
+        100 namespaces four million regex matches a tick."""
+        index: dict[tuple[str, bool, str], list[tuple[dict[str, str], float]]] = {}
         for sample in vector.samples:
-            index.setdefault(sample.labels.get("namespace", ""), []).append((sample.labels, sample.value))
+            namespace = sample.labels.get("namespace", "")
+            for stateful, owner in pod_owners(sample.labels.get("pod", "")):
+                index.setdefault((namespace, stateful, owner), []).append((sample.labels, sample.value))
         return index
 
     def _from_batch(
-        self, workload: Workload, name: str, vector: VectorResult, index: dict[str, list[tuple[dict[str, str], float]]]
+        self,
+        workload: Workload,
+        name: str,
+        vector: VectorResult,
+        index: dict[tuple[str, bool, str], list[tuple[dict[str, str], float]]],
     ) -> QueryResult:
         if vector.failure is not None:
             return QueryResult(None, vector.failure, vector.detail, latency_s=vector.latency_s)
-        pattern = self.patterns[workload.key]
-        namespace = workload.target.namespace
-        mine = [
-            (labels, value) for labels, value in index.get(namespace, []) if pattern.fullmatch(labels.get("pod", ""))
-        ]
+        target = workload.target
+        namespace = target.namespace
+        mine = index.get((namespace, target.kind == "StatefulSet", target.name), [])
         fresh = [(lab, v) for lab, v in mine if self._age(namespace, lab) <= self.staleness]
         if mine and not fresh:
             oldest = min(self._age(namespace, lab) for lab, _ in mine)

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.metrics.queries import default_query, metric_queries, promql_string, regex_literal, replicas_query
@@ -216,3 +218,42 @@ def test_an_absurd_value_is_held_like_nan(fake: FakePrometheus) -> None:
     fake.vector((now, "2e11"), (now, "1e306"))
     vector = _source(fake.url).query_vector("up", now)
     assert [s.value for s in vector.samples] == [2e11]
+
+
+_NAME = "[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    name=st.from_regex(_NAME, fullmatch=True),
+    other=st.from_regex(_NAME, fullmatch=True),
+    own=st.booleans(),
+    suffix=st.one_of(
+        st.from_regex(r"-[a-z0-9]{1,10}-[a-z0-9]{1,5}", fullmatch=True),
+        st.from_regex(r"-[0-9]{1,3}", fullmatch=True),
+        st.from_regex(r"(-[a-z0-9]{0,4}){0,4}", fullmatch=True),
+    ),
+    stateful=st.booleans(),
+)
+def test_a_pods_owners_are_the_workloads_whose_pattern_matches_it(
+    name: str, other: str, own: bool, suffix: str, stateful: bool
+) -> None:
+    """The observer finds a workload's pods by ``pod_owners`` in one lookup; it must find exactly the pods
+    ``pod_pattern`` (what the PromQL selector matches) would."""
+    from autoscaler.metrics.queries import pod_owners, pod_pattern
+    from policies.policy_file import parse_policy_document
+    from tests.helpers import workload_doc
+
+    pod = (name if own else other) + suffix
+    kind = "StatefulSet" if stateful else "Deployment"
+    workload = parse_policy_document(workload_doc(target={"kind": kind, "namespace": "llm", "name": name})).workloads[0]
+    assert bool(pod_pattern(workload).fullmatch(pod)) == ((stateful, name) in pod_owners(pod))
+
+
+def test_a_pod_name_that_reads_both_ways_belongs_to_both() -> None:
+    from autoscaler.metrics.queries import pod_owners
+
+    assert pod_owners("web-0-1") == [(False, "web"), (True, "web-0")]
+    assert pod_owners("vllm-5d8f7c6b9-x7k2p") == [(False, "vllm")]
+    assert pod_owners("vllm-3") == [(True, "vllm")]
+    assert pod_owners("vllm") == []

@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +41,9 @@ OWNER_CACHE_S = 60.0
 READ_RETRY_S = 1.0  # a LIST's retries within a tick: a namespace's trouble is waited out across ticks, not in one
 BACKOFF_S = 10.0  # a failed LIST is not sent again for this long, doubling with each failure in a row
 BACKOFF_MAX_S = 300.0
+# Namespaces listed at once: 100 namespaces one after another took most of a tick; a slow one holds one thread.
+READ_CONCURRENCY = 8
+CONNECTIONS = 20  # kept open to the API server: the controller's writes (16 at once) and reads, each its own
 FRESH_OWNERS_S = 0.0  # the check just before a write lists again: an owner created since the tick's check is seen
 EVENT_AGGREGATE_S = 600.0  # client-go's aggregation window
 EVENT_BURST, EVENT_REFILL_S = 25, 300.0  # client-go's spam filter: 25 at once, then one per 5 minutes
@@ -62,6 +66,7 @@ def api_client(kubeconfig: str | None = None, timeout: float = 10.0) -> client.A
             first = (str(exc).splitlines() or [""])[0]
             raise config.ConfigException(f"{where} is not a kubeconfig ({type(exc).__name__}: {first})") from exc
     configuration.retries = False
+    configuration.connection_pool_maxsize = CONNECTIONS  # the tick's reads and writes run in threads
     api = client.ApiClient(configuration)
     api.rest_client.pool_manager.connection_pool_kw["timeout"] = urllib3.Timeout(total=timeout)
     return api
@@ -179,18 +184,14 @@ class KubernetesActuator:
         for target in targets:
             groups.setdefault((target.kind, target.namespace), []).append(target)
         states: dict[tuple[str, str, str], ScaleState | ActuatorError] = {}
-        for (kind, namespace), members in groups.items():
-            try:
-                listed = self._read(f"list-{kind}", namespace, lambda k=kind, n=namespace: self._list(k, n))  # type: ignore[misc]
-            except ApiException as exc:
-                failure = _failure(exc, listing=True)
-                log.info("list-failed", namespace=namespace, kind=kind, detail=failure.detail)
-                states.update((target_key(t), failure) for t in members)
-                continue
-            except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-                failure = ActuatorError(ReadFailure.UNAVAILABLE, _short(exc))
-                log.info("list-failed", namespace=namespace, kind=kind, detail=failure.detail)
-                states.update((target_key(t), failure) for t in members)
+        if len(groups) > 1:
+            with ThreadPoolExecutor(min(READ_CONCURRENCY, len(groups)), thread_name_prefix="list") as pool:
+                answers = list(pool.map(self._list_group, groups))
+        else:
+            answers = [self._list_group(group) for group in groups]
+        for members, listed in zip(groups.values(), answers, strict=True):
+            if isinstance(listed, ActuatorError):
+                states.update((target_key(t), listed) for t in members)
                 continue
             for target in members:
                 if target.name in listed:
@@ -198,6 +199,19 @@ class KubernetesActuator:
                 else:
                     states[target_key(target)] = ActuatorError(ReadFailure.NOT_FOUND, "the target does not exist")
         return states
+
+    def _list_group(self, group: tuple[str, str]) -> dict[str, ScaleState] | ActuatorError:
+        """One namespace's targets of one kind, or why they could not be listed (for every target of it)."""
+        kind, namespace = group
+        try:
+            listed: dict[str, ScaleState] = self._read(f"list-{kind}", namespace, lambda: self._list(kind, namespace))
+            return listed
+        except ApiException as exc:
+            failure = _failure(exc, listing=True)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            failure = ActuatorError(ReadFailure.UNAVAILABLE, _short(exc))
+        log.info("list-failed", namespace=namespace, kind=kind, detail=failure.detail)
+        return failure
 
     def _list(self, kind: str, namespace: str) -> dict[str, ScaleState]:
         lister = (

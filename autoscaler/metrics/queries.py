@@ -157,6 +157,24 @@ def pod_pattern(workload: Workload) -> re.Pattern[str]:
     return re.compile(f"{name}{suffix}")
 
 
+_GROUP = re.compile("[a-z0-9]+")
+
+
+def pod_owners(pod: str) -> list[tuple[bool, str]]:
+    """The workloads whose ``pod_pattern`` matches ``pod``, as ``(is a StatefulSet, name)``: a Deployment's pod is its
+    name and two groups of ``[a-z0-9]`` (ReplicaSet and pod), a StatefulSet's its name and an ordinal. One pod name
+    can read both ways (``web-0-1`` is Deployment ``web``'s and StatefulSet ``web-0``'s); each is listed, as each
+    pattern would match it (tests/test_metric_source.py holds the two to each other)."""
+    owners = []
+    parts = pod.rsplit("-", 2)
+    if len(parts) == 3 and parts[0] and _GROUP.fullmatch(parts[1]) and _GROUP.fullmatch(parts[2]):
+        owners.append((False, parts[0]))
+    head, dash, ordinal = pod.rpartition("-")
+    if dash and head and ordinal.isascii() and ordinal.isdigit():
+        owners.append((True, head))
+    return owners
+
+
 def batched_query(name: str, namespaces: list[str]) -> str:
     """One query for metric ``name`` over every pod of ``namespaces``, by namespace and pod."""
     if batch_key(name) not in _SERIES:
