@@ -191,10 +191,11 @@ class ConfigMapStateStore:
         keys: list[list[str]] = [[] for _ in range(shards)]
         for key in records:
             keys[shard_of(key, shards)].append(key)
+        before = [0] * shards  # each shard's records as last written: one that lost a record has changed
+        for key in self.essential:
+            before[shard_of(key, shards)] += 1
         for shard, held in enumerate(keys):
-            same = all(essential[k] == self.essential.get(k) for k in held) and (
-                len(held) == sum(1 for k in self.essential if shard_of(k, shards) == shard)
-            )
+            same = len(held) == before[shard] and all(essential[k] == self.essential.get(k) for k in held)
             if same and not heartbeat and not moved:
                 continue
             if not self._write(shard, shards, {k: records[k] for k in held}):

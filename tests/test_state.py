@@ -175,3 +175,16 @@ def test_a_steady_windows_new_recommendations_are_no_change_and_a_new_count_is()
     assert len(core.writes) == 1
     store.save(at(1045.0, [5, 4, 4, 4]))
     assert len(core.writes) == 2
+
+
+def test_a_workload_gone_from_the_file_leaves_its_shard_rewritten_without_it() -> None:
+    core = ShardedCore()
+    store = _store(core)
+    store.load()
+    written = fleet(10_000, 1000.0)
+    store.save(written)
+    before = len(core.writes)
+    gone = "deployment_llm_model-7.json"
+    store.save({k: v for k, v in written.items() if k != gone})
+    assert core.writes[before:] == [shard_name("vllm-autoscaler-state", shard_of(gone, store.shards))]
+    assert gone not in core.maps[core.writes[-1]]
