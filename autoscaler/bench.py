@@ -4,7 +4,9 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
 * ``tick_*``: one steady tick over ``--workloads`` workloads (by default 1,000) a hundred to a namespace, against
   the real kube-apiserver and a real Prometheus (Debian's binary) scraping two vLLM pods a workload: its wall and
   CPU time and Prometheus requests. The servers and the exporter run in other processes, so the CPU time and peak
-  RSS (``peak_rss_mib``, the whole bench process: both controllers below) are the daemon's alone.
+  RSS are the daemon's alone: ``daemon_rss_mib`` is the process's resident memory with that one controller after
+  the burst below, ``peak_rss_mib`` the whole bench process's peak (the making of the Deployments, and the second
+  controller of the warm-up, included).
   ``cluster_made_s`` is the making of the Deployments, eight at a time.
 * ``state_*``: the state store of that controller (``autoscaler.state``, a ConfigMap in ``default``): the shards
   it took, and the ConfigMap writes of the steady tick (``state_writes_idle_tick``: none when nothing changed).
@@ -211,6 +213,7 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         )
         controller.tick()  # warm: connection pools, the owner cache; the state written once
         figures |= _steady_tick(controller, source, store) | _burst(controller, parent, count)
+        figures["daemon_rss_mib"] = _rss_mib()  # one controller of the fleet, after its burst
         budget = parse_policy_document(_slo_written(_policy(prometheus.url, _workloads(count))))
         figures |= bench_warm_up_ticks(Controller(None, budget, source, DryRunActuator(actuator)))
         figures["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -219,6 +222,13 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         prometheus.stop()
         parent.send("stop")
         server.join(10)
+
+
+def _rss_mib() -> float:
+    """This process's resident memory now (not its peak: making the cluster's Deployments peaks higher)."""
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        pages = int(statm.read().split()[1])
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 def _steady_tick(controller: Any, source: Any, store: Any) -> dict[str, Any]:
@@ -550,7 +560,7 @@ TARGETS = {
     "warm_up_prometheus_requests": "about 100",
     "reaction_s": "< interval + 2 scrapes (7 s)",
     "activation_max_s": "<= interval + 1 scrape (6 s)",
-    "peak_rss_mib": "< 300 MiB",
+    "daemon_rss_mib": "< 300 MiB",
 }
 
 
