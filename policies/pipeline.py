@@ -85,7 +85,7 @@ class WorkloadDecider:
             tuple(self.cold_starts.samples),
             replace(self.zero),
             self.policy.type,
-            getattr(self.policy, "state", None),
+            self.policy.state,
         )
 
     def restore(self, state: DeciderState) -> None:

@@ -33,6 +33,10 @@ Note = Callable[[str, str], None]
 """Told a note and how it ends: a load test's note ends in ``""`` before the test and is finished after it."""
 
 
+def quiet(_text: str, _end: str) -> None:
+    """The ``Note`` that says nothing: what a caller that prints no notes (a notebook, a test) passes by default."""
+
+
 PROMPT_TOKENS_SHARE = 0.5
 
 
@@ -165,12 +169,8 @@ def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None
     return parse_policy_document(builtin_document(model or ReplicaModel(), trace, **sizing), "<built-in>")
 
 
-def _quiet(_text: str, _end: str) -> None:
-    pass
-
-
 def sized_builtin(
-    model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float, note: Note = _quiet
+    model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float, note: Note = quiet
 ) -> tuple[PolicyFile, dict[str, Any]]:
     """The built-in policy document for the trace, and how it was sized (the report's ``sizing`` fields); it
     spends the SLO's error budget (``with_error_budget``). Over 60 lines: each load test is said to ``note`` before
@@ -259,7 +259,7 @@ def idle_model_document(document: PolicyFile) -> PolicyFile:
 
 
 def with_measured_capacity(
-    document: PolicyFile, model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float, note: Note = _quiet
+    document: PolicyFile, model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float, note: Note = quiet
 ) -> tuple[PolicyFile, dict[str, Any]]:
     """A file whose first workload gives only an slo (``Workload.needs_capacity``), with the capacity the built-in
     workload's load test measures for the trace's requests, the replica and the SLO, and, where the file names

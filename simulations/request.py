@@ -25,7 +25,7 @@ import yaml
 from policies.policy_file import PolicyFile, parse_policy_document
 from policies.recorded import observed_rows
 from policies.spec import Slo
-from simulations.builtin import BUILTIN_GROW_TO, Note, idle_model_document, sized_builtin, with_measured_capacity
+from simulations.builtin import BUILTIN_GROW_TO, Note, idle_model_document, quiet, sized_builtin, with_measured_capacity
 from simulations.compare import DEFAULT_POLICY_TYPES, Comparison, compare
 from simulations.contenders import policy_contender
 from simulations.deployable import deployable
@@ -37,10 +37,6 @@ from simulations.traces import Trace, load_trace, synthetic_idle
 DEFAULT_SLO_TTFT_S = 2.0  # where neither the request nor the file's slo block gives one
 DEFAULT_SLO_TARGET = 0.99
 DEFAULT_SLO_WINDOW_S = 3600
-
-
-def _quiet(_text: str, _end: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -93,7 +89,7 @@ class Simulation:
     idle: Comparison | None = None
 
 
-def simulate(request: SimulationRequest, note: Note = _quiet, progress: bool = False) -> Simulation:
+def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = False) -> Simulation:
     """Resolve, size, compare and report (the module's docstring); ``note`` is told what the sizing does,
     ``progress`` draws a bar on a terminal."""
     ttft, target = request.slo()
@@ -133,7 +129,7 @@ def simulate(request: SimulationRequest, note: Note = _quiet, progress: bool = F
 
 
 def resolve(
-    request: SimulationRequest, ttft: float, target: float, note: Note = _quiet
+    request: SimulationRequest, ttft: float, target: float, note: Note = quiet
 ) -> tuple[ReplicaModel, Trace, PolicyFile, dict[str, Any]]:
     """The replica (the file's cold start unless the request gives one), the trace (its window, its time scale), and
     the workload: the file's, sized from a load test where it gives only an SLO, or the built-in one sized for the
