@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -60,7 +60,7 @@ from autoscaler.testing.kube import KubeServer, rbac_rules
 from autoscaler.testing.servers import Unavailable
 from simulations.results import write_dated
 
-NAMESPACES = ("llm-a", "llm-b", "llm-c", "llm-d")
+LEAST_NAMESPACES = 4
 WORKLOADS_PER_NAMESPACE = 100
 HPA_SYNC_S = 15.0
 DEPLOY_CONTROLLER = Path(__file__).resolve().parents[1] / "deploy" / "controller"
@@ -68,7 +68,7 @@ DEPLOY_CONTROLLER = Path(__file__).resolve().parents[1] / "deploy" / "controller
 
 def _namespaces(count: int) -> list[str]:
     """A hundred workloads a namespace, four namespaces at least."""
-    return [f"llm-{i:03d}" for i in range(max(len(NAMESPACES), count // WORKLOADS_PER_NAMESPACE))]
+    return [f"llm-{i:03d}" for i in range(max(LEAST_NAMESPACES, count // WORKLOADS_PER_NAMESPACE))]
 
 
 def _workloads(count: int) -> list[tuple[str, str]]:
@@ -84,20 +84,19 @@ def _serve(count: int, conn: Connection) -> None:
     exporter = VllmExporter()
     targets = _workloads(count)
 
-    def waiting(upto: int, value: float) -> None:
+    def pods(upto: int) -> Iterator[dict[str, str]]:
+        """The labels of the first ``upto`` workloads' pods, two a workload."""
         for namespace, name in targets[:upto]:
             for pod in range(2):
-                labels = {"namespace": namespace, "pod": f"{name}-5d8f7c6b9-p{pod}x7k", "model_name": "m"}
-                exporter.set("vllm:num_requests_waiting", value, **labels)  # 2 a pod: its 2 replicas, steady
+                yield {"namespace": namespace, "pod": f"{name}-5d8f7c6b9-p{pod}x7k", "model_name": "m"}
 
-    waiting(count, 2.0)
-    for namespace, name in targets:
-        for pod in range(2):
-            labels = {"namespace": namespace, "pod": f"{name}-5d8f7c6b9-p{pod}x7k", "model_name": "m"}
-            exporter.set("vllm:kv_cache_usage_perc", 0.5, **labels)
+    for labels in pods(count):
+        exporter.set("vllm:num_requests_waiting", 2.0, **labels)  # 2 a pod: its 2 replicas, steady
+        exporter.set("vllm:kv_cache_usage_perc", 0.5, **labels)
     conn.send(exporter.port)
     while (message := conn.recv()) != "stop":
-        waiting(message[1], 20.0)
+        for labels in pods(message[1]):
+            exporter.set("vllm:num_requests_waiting", 20.0, **labels)
         conn.send("done")
     exporter.close()
 
@@ -256,11 +255,9 @@ def _burst(controller: Any, exporter: Connection, count: int) -> dict[str, Any]:
     burst = max(1, count // 10)
     exporter.send(("burst", burst))
     exporter.recv()
-    keys = [w.key for w in controller.document.workloads[:burst]]
+    last = controller.document.workloads[burst - 1].key  # the last pod the exporter changed
     wait_for(
-        lambda: all(
-            controller.observer.collect(time.time())[k].values["num_requests_waiting"] == 40 for k in keys[-1:]
-        ),
+        lambda: controller.observer.collect(time.time())[last].values["num_requests_waiting"] == 40,
         60,
         "Prometheus to see the burst",
     )
