@@ -38,6 +38,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -55,7 +57,7 @@ import numpy as np
 import requests
 
 from autoscaler.logs import configure
-from autoscaler.metrics.source import QueryResult, RangeSeries, VectorResult
+from autoscaler.metrics.source import QueryResult, RangeSeries, RangeVector, Series, VectorResult
 from autoscaler.testing.kube import KubeServer, rbac_rules
 from autoscaler.testing.servers import Unavailable
 from simulations.results import write_dated
@@ -466,10 +468,12 @@ def bench_pipeline(seed: int) -> dict[str, Any]:
 
 class _History:
     """A metric source whose every range query is answered whole (``bench_warm_up``): positive, varying values,
-    as a loaded workload's series would be."""
+    as a loaded workload's series would be; a query of many workloads (``owned_query``) answers for each of
+    ``owners`` in the namespaces it names."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, owners: Iterable[tuple[str, str]] = ()) -> None:
         self.rng = np.random.default_rng(seed)
+        self.owners = list(owners)
 
     def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
         raise NotImplementedError("a warm-up reads ranges only")
@@ -482,26 +486,55 @@ class _History:
         values = 4.0 + self.rng.gamma(4.0, 1.0, size=len(stamps))
         return RangeSeries([(float(t), float(v)) for t, v in zip(stamps, values, strict=True)])
 
+    def query_ranges(self, query: str, start: float, end: float, step: float) -> RangeVector:
+        named = re.search(r'namespace=~"([^"]*)"', query)
+        spaces = set(named.group(1).split("|")) if named else set()
+        stamps = array("d", np.arange(start, end + step / 2, step))
+        return RangeVector(
+            [
+                Series({"namespace": n, "owner": o}, stamps, array("d", 4.0 + self.rng.gamma(4.0, 1.0, len(stamps))))
+                for n, o in self.owners
+                if n in spaces
+            ]
+        )
 
-def bench_warm_up(seed: int) -> dict[str, Any]:
+
+def bench_warm_up(seed: int, fleet: int = 1000) -> dict[str, Any]:
     """``warm_up_s``: one workload's warm-up (``autoscaler.warm_up``) of the policy ``simulate --write-config``
     writes for a file given only an slo (``_slo_written``): a day of history, the window its error budget is
     counted over (the slo's, a day at least), the rises' hour read finer, as the warm-up reads it (``spans``) and
-    replayed through ``predictive``. Prometheus's answers are stubbed, so it is the daemon's CPU alone, what a
-    starting daemon spends per such workload before its first tick's decisions."""
-    from autoscaler.warm_up import warm_up
+    replayed through ``predictive``. ``warm_up_fleet_s``: the same for ``fleet`` workloads a hundred to a
+    namespace, read by series and namespaces (``FleetHistory``), in ``warm_up_fleet_queries`` range queries.
+    Prometheus's answers are stubbed, so it is the daemon's CPU alone, what a starting daemon spends before its
+    first tick's decisions."""
+    from autoscaler.warm_up import FleetHistory, warm_up
     from policies.policy_file import parse_policy_document
 
-    raw = _policy("http://unused:9090", [("llm", "vllm")])
-    workload = raw["workloads"][0]
-    del workload["metrics"]
-    workload["capacity"] = {"promptTokensPerSecond": 500, "runningRequests": 11}
-    document = parse_policy_document(_slo_written(raw))
+    targets = _workloads(fleet)
+    raw = _policy("http://unused:9090", targets)
+    for workload in raw["workloads"]:
+        del workload["metrics"]
+        workload["capacity"] = {"promptTokensPerSecond": 500, "runningRequests": 11}
+    one = {**raw, "workloads": raw["workloads"][:1]}
+    document = parse_policy_document(_slo_written(one))
     policy = document.decider(document.workloads[0]).policy
     wall = time.time()
     started = time.perf_counter()
-    outcome = warm_up(document.workloads[0], policy, _History(seed), wall, 0.0, float(document.interval))
-    return {"warm_up_s": round(time.perf_counter() - started, 3), "warm_up_samples": outcome.samples}
+    outcome = warm_up(document.workloads[0], policy, _History(seed, targets[:1]), wall, 0.0, float(document.interval))
+    figures = {"warm_up_s": round(time.perf_counter() - started, 3), "warm_up_samples": outcome.samples}
+    document = parse_policy_document(_slo_written(raw))
+    members = [(w, document.decider(w).policy) for w in document.workloads]
+    source = _History(seed, targets)
+    started = time.perf_counter()
+    history = FleetHistory(members, wall, 0.0, float(document.interval))
+    while not history.done:
+        history.read_next(source)
+    warmed = history.finished()
+    assert len(warmed) == fleet and all(o.samples == outcome.samples for _, o in warmed)
+    return figures | {
+        "warm_up_fleet_s": round(time.perf_counter() - started, 3),
+        "warm_up_fleet_queries": len(history.reads),
+    }
 
 
 def main() -> int:

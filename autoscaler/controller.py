@@ -34,7 +34,7 @@ from autoscaler.metrics.source import MetricSource
 from autoscaler.observer import Observer, WorkloadMetrics
 from autoscaler.state import LastScale, StateStore, WorkloadRecord, record_key
 from autoscaler.telemetry import Telemetry
-from autoscaler.warm_up import HistoryRead, history_seconds
+from autoscaler.warm_up import FleetHistory, WarmUp, history_seconds
 from policies.base import Observation
 from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
 from policies.cold_start import WritesToReady
@@ -80,7 +80,6 @@ class WorkloadRuntime:
     missing: bool = False
     last_scale: tuple[float, int, int, str] | None = None  # wall time, from, to, reason
     warmed: bool = False  # its policy has been passed Prometheus's history (autoscaler.warm_up)
-    history: HistoryRead | None = None  # that history, while it is read over several ticks
     conditions: list[Condition] = field(default_factory=list)  # AbleToScale, ScalingActive, ScalingLimited
 
 
@@ -127,6 +126,7 @@ class Controller:
         self.prometheus_ok = False
         self.records: dict[str, WorkloadRecord] = {}  # as of the last tick: the state written, and ``/status``
         self._commits: list[_Commit] = []  # the tick's scale writes, made together once every workload decided
+        self._history: FleetHistory | None = None  # the history of the workloads not yet warmed, while it is read
 
     # -- the policy file -----------------------------------------------------------------------------
 
@@ -193,10 +193,10 @@ class Controller:
             decider = document.decider(workload, previous.decider if previous else None)
             if previous is not None:
                 previous.workload, previous.decider = workload, decider
-                previous.history = None  # a history half read was read for the old policy's parts
                 runtime[workload.key] = previous
             else:
                 runtime[workload.key] = WorkloadRuntime(workload, decider)
+        self._history = None  # a history half read was planned for the old policies: read again for the new
         removed = sorted(set(self.runtime) - set(runtime))
         if self.install is not None and not self.actuator.dry_run and self.leading():
             for key in removed:  # no longer this install's to scale: let another take it
@@ -337,41 +337,45 @@ class Controller:
         return None
 
     def _warm_some(self, runtimes: list[WorkloadRuntime], wall: float, now: float) -> None:
-        """Read the history of the workloads not yet warmed for up to ``WARM_UP_SHARE`` of an interval, one range
-        query at least, and pass it through their policies; the others hold this tick (``warming-up``) and a
-        history half read goes on in the next. A thousand workloads' day of history takes over a minute: in
-        one tick it held every decision that long, and the liveness probe, which wants a tick every three
-        intervals and 30 s, restarted the controller before its first (docs/operations.md, "State and
-        status"); so could one workload's fourteen queries to a Prometheus slow to answer each."""
+        """Read the history of the workloads not yet warmed (``autoscaler.warm_up``) for up to ``WARM_UP_SHARE`` of an
+        interval, one range query at least, and pass it through their policies; the others hold this tick
+        (``warming-up``) and the reading goes on in the next. Ten thousand workloads' day of history takes minutes:
+        in one tick it would hold every decision that long, and the liveness probe, which wants a tick every three
+        intervals and 30 s, would restart the controller before its first (docs/operations.md, "State and
+        status"); so could a Prometheus slow to answer each query."""
         deadline = self.decision_clock() + WARM_UP_SHARE * self.interval
-        # First those that read no history (nothing to wait for), then those that may sleep at zero (a request
-        # waiting on a wake-up is the decision that cannot wait).
-        pending = sorted(
-            (r for r in runtimes if not r.warmed),
-            key=lambda r: (history_seconds(r.decider.policy) > 0, r.workload.activation is None),
-        )
+        if self._history is None:
+            # First those that read no history (nothing to wait for), then those that may sleep at zero (a request
+            # waiting on a wake-up is the decision that cannot wait).
+            pending = sorted(
+                (r for r in runtimes if not r.warmed),
+                key=lambda r: (history_seconds(r.decider.policy) > 0, r.workload.activation is None),
+            )
+            if not pending:
+                return
+            members = [(r.workload, r.decider.policy) for r in pending]
+            self._history = FleetHistory(members, wall, now - wall, self.interval)
+        history = self._history
         asked = 0
-        for index, runtime in enumerate(pending):
-            key = runtime.workload.key
-            try:
-                runtime.history = history = runtime.history or HistoryRead(
-                    runtime.workload, runtime.decider.policy, wall, now - wall, self.interval
-                )
-                while not history.done:
-                    if asked and self.decision_clock() >= deadline:
-                        log.info("warm-up-deferred", workloads=len(pending) - index)
-                        return
-                    history.read_next(self.source)
-                    asked += 1
-                outcome = history.replay()
-            except Exception as exc:  # one workload's fault never stalls the others: it decides on what it has
-                log.warning("warm-up-incomplete", workload=key, detail=repr(exc)[:300])
-            else:
-                if outcome.failed:
-                    log.warning("warm-up-incomplete", workload=key, samples=outcome.samples, failed=outcome.failed)
-                elif outcome.samples:
-                    log.info("warmed-up", workload=key, samples=outcome.samples)
-            runtime.warmed, runtime.history = True, None
+        while True:
+            for key, outcome in history.finished():
+                self._warmed(key, outcome)
+            if history.done:
+                self._history = None
+                return
+            if asked and self.decision_clock() >= deadline:
+                log.info("warm-up-deferred", workloads=len(history.members))
+                return
+            history.read_next(self.source)
+            asked += 1
+
+    def _warmed(self, key: str, outcome: WarmUp) -> None:
+        if outcome.failed:
+            log.warning("warm-up-incomplete", workload=key, samples=outcome.samples, failed=outcome.failed)
+        elif outcome.samples:
+            log.info("warmed-up", workload=key, samples=outcome.samples)
+        if (runtime := self.runtime.get(key)) is not None:
+            runtime.warmed = True
 
     def _ownership(
         self, runtime: WorkloadRuntime, state: ScaleState, line: dict[str, Any], fresh: bool = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -139,11 +139,19 @@ def observed_rows(
     return rows
 
 
-def recorded_observation(workload: Workload, values: Mapping[str, float], now: float, current: int) -> Observation:
+def decided_names(workload: Workload) -> list[str]:
+    """The series a workload's policy decides from: its metrics, and what it reads beyond them."""
+    return [m.name for m in workload.metrics] + list(workload.extra_signals)
+
+
+def recorded_observation(
+    workload: Workload, values: Mapping[str, float], now: float, current: int, names: Sequence[str] | None = None
+) -> Observation:
     """One tick's observation of ``workload`` from the series recorded for it at that tick (by their
     recorded-metrics names), with ``current`` as the count asked for: what ``replay`` decides from and what a
-    starting daemon passes its policy (``autoscaler.warm_up``)."""
-    names = [m.name for m in workload.metrics] + list(workload.extra_signals)
+    starting daemon passes its policy (``autoscaler.warm_up``). ``names``, the workload's ``decided_names``, may be
+    given by a caller that passes many ticks (the names are worked out from the policy block each time)."""
+    names = decided_names(workload) if names is None else names
     ready = values.get(READY_REPLICAS)
     return Observation(
         now,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
 
-from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, VectorResult
+from autoscaler.metrics.queries import owned_query, quantile_of
+from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, RangeVector, Series, VectorResult
 from autoscaler.record import series_queries
-from autoscaler.warm_up import MAX_POINTS, history_seconds, warm_up
+from autoscaler.warm_up import MAX_POINTS, FleetHistory, WarmUp, history_seconds, owned_series, spans, warm_up
 from policies.base import Observation
 from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
 from policies.policy_file import Workload, parse_policy_document
@@ -33,6 +36,11 @@ class RangeSource:
         failure: Failure = Failure.TIMEOUT,
     ) -> None:
         self.by_query = {query: name for name, query in series_queries(workload).items()}
+        for name, owned_name in owned_series(workload).items():  # read with other workloads' (owned_query)
+            target = workload.target
+            owned = owned_query(owned_name, [target.namespace], target.kind, quantile_of(name, workload))
+            self.by_query[owned] = name
+        self.labels = {"namespace": workload.target.namespace, "owner": workload.target.name}
         self.series, self.failing, self.failure = series, set(failing), failure
         self.asked: list[tuple[str, float, float, float]] = []
 
@@ -52,6 +60,13 @@ class RangeSource:
             return RangeSeries([], Failure.EMPTY, "the query returned no series")
         stamps = [start + i * step for i in range(int((end - start) // step) + 1)]
         return RangeSeries([(t, float(at(t))) for t in stamps])
+
+    def query_ranges(self, query: str, start: float, end: float, step: float) -> RangeVector:
+        single = self.query_range(query, start, end, step)
+        if single.failure is not None:
+            return RangeVector([], single.failure, single.detail)
+        stamps, values = array("d", (t for t, _ in single.samples)), array("d", (v for _, v in single.samples))
+        return RangeVector([Series(self.labels, stamps, values)])
 
 
 def _workload(policy: dict[str, Any]) -> Workload:
@@ -205,3 +220,120 @@ def test_a_budgets_day_before_the_rises_memory_is_read_coarser_and_counts_the_sa
     assert coarse.state.budget.first_tokens == pytest.approx(fine.state.budget.first_tokens, rel=0.01)
     assert coarse.state.budget.misses == pytest.approx(fine.state.budget.misses, rel=0.01)
     assert coarse.headroom == pytest.approx(fine.headroom, rel=0.01)
+
+
+class FleetSource:
+    """Range queries of many workloads (``owned_query``): for each workload of the namespaces a query names, its
+    prompt tokens (100 a second times its number, the digits of its name) and its counts (8). Refuses as Prometheus
+    does (``--query.max-samples``) a query of more namespaces than ``most``, or of ``refused`` at all."""
+
+    def __init__(self, workloads: list[Workload], most: int = 1000, refused: Iterable[str] = ()) -> None:
+        self.workloads, self.most, self.refused = workloads, most, set(refused)
+        self.asked: list[str] = []
+
+    def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
+        return {}
+
+    def query_vector(self, query: str, now: float) -> VectorResult:
+        return VectorResult([])
+
+    @staticmethod
+    def _value(query: str, name: str) -> float:
+        return 100.0 * int(name.rsplit("-", 1)[1]) if "prompt_tokens" in query else 8.0
+
+    def query_ranges(self, query: str, start: float, end: float, step: float) -> RangeVector:
+        self.asked.append(query)
+        spaces = re.search(r'namespace=~"([^"]*)"', query)
+        assert spaces is not None
+        named = spaces.group(1).split("|")
+        if len(named) > self.most or self.refused & set(named):
+            return RangeVector([], Failure.HTTP_ERROR, "query processing would load too many samples into memory")
+        stamps = array("d", [start + i * step for i in range(int((end - start) // step) + 1)])
+        return RangeVector(
+            [
+                Series(
+                    {"namespace": w.target.namespace, "owner": w.target.name},
+                    stamps,
+                    array("d", [self._value(query, w.target.name)] * len(stamps)),
+                )
+                for w in self.workloads
+                if w.target.namespace in named
+            ]
+        )
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
+        self.asked.append(query)
+        name = re.search(r'(?:pod=~|deployment=)"([a-z0-9-]+?)(?:-\[|")', query)
+        assert name is not None
+        stamps = [start + i * step for i in range(int((end - start) // step) + 1)]
+        return RangeSeries([(t, self._value(query, name.group(1))) for t in stamps])
+
+
+def _fleet(namespaces: int, each: int, policy: dict[str, Any]) -> list[Workload]:
+    """``namespaces`` x ``each`` workloads like ``_workload``'s, named ``vllm-<number>``, a copy of one parsed."""
+    one = _workload(policy)
+    return [
+        one.model_copy(update={"target": one.target.model_copy(update={"namespace": f"ns-{n}", "name": f"vllm-{i}"})})
+        for i, n in enumerate(n for n in range(namespaces) for _ in range(each))
+    ]
+
+
+def test_a_fleet_is_read_by_series_and_namespaces_and_each_workload_gets_its_own() -> None:
+    """Each series is asked once for as many namespaces as ``BATCH_POINTS`` allows, and each workload's policy is
+    passed its own values: the trend of workload ``vllm-7`` holds 700 tokens a second over its target of 500."""
+    fleet = _fleet(3, 4, {"type": "predictive"})
+    policies = [_predictive(w) for w in fleet]
+    source = FleetSource(fleet)
+    history = FleetHistory(list(zip(fleet, policies, strict=True)), WALL, TO_NOW, 15.0)
+    while not history.done:
+        history.read_next(source)
+    finished = dict(history.finished())
+    assert len(source.asked) == 3  # the prompt tokens, the count asked for and the ready count, for all twelve
+    assert [finished[w.key] for w in fleet] == [WarmUp(samples=int(policies[0].trend_window // 15))] * 12
+    for number, policy in enumerate(policies):
+        assert {round(demand, 6) for _, demand in policy.state.trend.samples} == {number * 100 / 500}
+
+
+def test_a_query_prometheus_finds_too_large_is_asked_again_in_halves_then_by_workload() -> None:
+    fleet = _fleet(4, 2, {"type": "predictive"})
+    policies = [_predictive(w) for w in fleet]
+    source = FleetSource(fleet, most=2, refused=["ns-3"])
+    history = FleetHistory(list(zip(fleet, policies, strict=True)), WALL, TO_NOW, 15.0)
+    while not history.done:
+        history.read_next(source)
+    finished = dict(history.finished())
+    assert all(outcome.failed == [] and outcome.samples > 0 for outcome in finished.values()) and len(finished) == 8
+    # Each series: four namespaces refused; ns-0 and ns-1 answered; ns-2 and ns-3 refused, ns-2 answered, ns-3
+    # refused, and its two workloads asked their own queries.
+    assert len(source.asked) == 3 * (1 + 1 + 1 + 1 + 1 + 2)
+    for number, policy in enumerate(policies):
+        assert {round(demand, 6) for _, demand in policy.state.trend.samples} == {number * 100 / 500}
+
+
+def test_ten_thousand_workloads_read_a_day_in_a_few_hundred_queries() -> None:
+    """The module's worked example: the budget's day of seven series for 10,000 workloads in 100 namespaces, a
+    query a series for every three namespaces over the 23 hours read a minute apart and every twenty over the
+    hour read a tick apart."""
+    metrics = [
+        {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
+        {"name": "kv_cache_usage_perc", "target": {"type": "Value", "value": 0.85}},
+    ]
+    document = workload_doc(
+        metrics=metrics,
+        slo={"ttftSeconds": 2, "target": 0.99},
+        policy={
+            "type": "predictive",
+            "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}},
+        },
+    )
+    one = parse_policy_document(document).workloads[0]
+    policy = parse_policy_document(document).decider(one).policy
+    assert len(series_queries(one)) == 7 and spans(policy, 15.0) == [(86_400, 3600, 60.0), (3600, 0.0, 15.0)]
+    fleet = [
+        one.model_copy(
+            update={"target": one.target.model_copy(update={"namespace": f"ns-{i % 100}", "name": f"m-{i}"})}
+        )
+        for i in range(10_000)
+    ]
+    history = FleetHistory([(w, policy) for w in fleet], WALL, TO_NOW, 15.0)
+    assert len(history.reads) == 7 * (34 + 5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +17,7 @@ from urllib3 import exceptions as urllib3_errors
 from urllib3.util.retry import Retry
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, Sample, VectorResult
+from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, RangeVector, Sample, Series, VectorResult
 from policies.base import MAX_METRIC_VALUE, usable
 from policies.policy_file import PrometheusConfig
 
@@ -144,7 +145,7 @@ class PrometheusSource:
     def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
         return {q: self.query_one(q, now) for q in dict.fromkeys(queries)}
 
-    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
+    def query_ranges(self, query: str, start: float, end: float, step: float) -> RangeVector:
         data, failure, detail, _ = self._request(
             lambda: self.client.custom_query_range(
                 query,
@@ -154,14 +155,28 @@ class PrometheusSource:
             )
         )
         if failure is not None:
-            return RangeSeries([], failure, detail)
-        if not data:
-            return RangeSeries([], Failure.EMPTY, "the query returned no series")
-        if len(data) > 1:
-            return RangeSeries([], Failure.MULTIPLE_SERIES, f"{len(data)} series where one is expected")
-        samples = []
-        for stamp, text in data[0].get("values", []):
-            value = float(text)
-            if usable(value):
-                samples.append((float(stamp), value))
-        return RangeSeries(samples)
+            return RangeVector([], failure, detail)
+        if not isinstance(data, list):
+            return RangeVector([], Failure.BAD_RESPONSE, f"unexpected result {str(data)[:200]}")
+        series = []
+        for item in data:
+            stamps, values = array("d"), array("d")
+            try:
+                for stamp, text in item.get("values", []):
+                    if usable(value := float(text)):
+                        stamps.append(float(stamp))
+                        values.append(value)
+            except (TypeError, ValueError) as exc:
+                return RangeVector([], Failure.BAD_RESPONSE, f"unparsable sample: {exc}")
+            item["values"] = None  # the answer's lists let go as they are read: a day of a thousand workloads
+            series.append(Series(dict(item.get("metric", {})), stamps, values))
+        return RangeVector(series, None if series else Failure.EMPTY, "" if series else "the query returned no series")
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
+        answer = self.query_ranges(query, start, end, step)
+        if answer.failure is not None:
+            return RangeSeries([], answer.failure, answer.detail)
+        if len(answer.series) > 1:
+            return RangeSeries([], Failure.MULTIPLE_SERIES, f"{len(answer.series)} series where one is expected")
+        only = answer.series[0]
+        return RangeSeries(list(zip(only.stamps, only.values, strict=True)))

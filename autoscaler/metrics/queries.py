@@ -33,13 +33,15 @@ def regex_literal(value: str) -> str:
     return _RE2_SPECIAL.sub(r"\\\1", value)
 
 
+POD_SUFFIX = {"Deployment": "-[a-z0-9]+-[a-z0-9]+", "StatefulSet": "-[0-9]+"}
+"""What follows the target's name in its pods' names: a Deployment's ReplicaSet hash and pod suffix, a
+StatefulSet's ordinal."""
+
+
 def pod_selector(workload: Workload) -> str:
-    """The pods a Deployment creates are named ``<name>-<replicaset hash>-<pod suffix>``."""
+    """The target's pods: its name and the kind's ``POD_SUFFIX``."""
     target = workload.target
-    if target.kind == "StatefulSet":
-        pods = f"{regex_literal(target.name)}-[0-9]+"
-    else:
-        pods = f"{regex_literal(target.name)}-[a-z0-9]+-[a-z0-9]+"
+    pods = regex_literal(target.name) + POD_SUFFIX[target.kind]
     return f"namespace={promql_string(target.namespace)},pod=~{promql_string(pods)}"
 
 
@@ -123,28 +125,32 @@ def activity_query(workload: Workload) -> str:
     return " + ".join(f"({default_query(name, workload)})" for name in ACTIVITY_METRICS)
 
 
+_OWNED_COUNTS = {
+    "spec": {"Deployment": "kube_deployment_spec_replicas", "StatefulSet": "kube_statefulset_replicas"},
+    "ready": {
+        "Deployment": "kube_deployment_status_replicas_ready",
+        "StatefulSet": "kube_statefulset_status_replicas_ready",
+    },
+}
+"""kube-state-metrics' counts by target kind: the count asked for (``spec.replicas``) and the ready one."""
+
+
+def _count_query(count: str, workload: Workload) -> str:
+    kind = workload.target.kind
+    return (
+        f"max({_OWNED_COUNTS[count][kind]}{{namespace={promql_string(workload.target.namespace)},"
+        f"{kind.lower()}={promql_string(workload.target.name)}}})"
+    )
+
+
 def spec_replicas_query(workload: Workload) -> str:
     """The count the target asked for (``spec.replicas``), from kube-state-metrics."""
-    kind = "statefulset" if workload.target.kind == "StatefulSet" else "deployment"
-    metric = "kube_statefulset_replicas" if kind == "statefulset" else "kube_deployment_spec_replicas"
-    return (
-        f"max({metric}{{namespace={promql_string(workload.target.namespace)},"
-        f"{kind}={promql_string(workload.target.name)}}})"
-    )
+    return _count_query("spec", workload)
 
 
 def replicas_query(workload: Workload) -> str:
     """The ready replica count, from kube-state-metrics unless the workload sets ``replicasQuery``."""
-    if workload.replicas_query:
-        return workload.replicas_query
-    kind = "statefulset" if workload.target.kind == "StatefulSet" else "deployment"
-    metric = (
-        "kube_statefulset_status_replicas_ready" if kind == "statefulset" else "kube_deployment_status_replicas_ready"
-    )
-    return (
-        f"max({metric}{{namespace={promql_string(workload.target.namespace)},"
-        f"{kind}={promql_string(workload.target.name)}}})"
-    )
+    return workload.replicas_query or _count_query("ready", workload)
 
 
 # -- batched queries: one request per built-in metric, whatever the number of workloads -------------------
@@ -152,9 +158,7 @@ def replicas_query(workload: Workload) -> str:
 
 def pod_pattern(workload: Workload) -> re.Pattern[str]:
     """The same pods as ``pod_selector``, matched client-side (PromQL regexes are fully anchored)."""
-    name = re.escape(workload.target.name)
-    suffix = "-[0-9]+" if workload.target.kind == "StatefulSet" else "-[a-z0-9]+-[a-z0-9]+"
-    return re.compile(f"{name}{suffix}")
+    return re.compile(re.escape(workload.target.name) + POD_SUFFIX[workload.target.kind])
 
 
 _GROUP = re.compile("[a-z0-9]+")
@@ -217,3 +221,37 @@ def aggregate(name: str, values: list[tuple[dict[str, str], float]], quantile: f
                 buckets[bound] = buckets.get(bound, 0.0) + value
         return lognormal_spread(buckets) if name == PROMPT_SPREAD else histogram_quantile(quantile, buckets)
     return sum(v for _, v in values)
+
+
+# -- owned queries: one series per workload of several namespaces, for range queries -----------------------
+
+OWNER = "owner"
+
+
+def owned_query(series: str, namespaces: list[str], kind: str, quantile: float = 0.9) -> str:
+    """One query for ``series`` of every workload of ``kind`` in ``namespaces``, one result series per workload
+    labelled ``namespace`` and ``owner`` (the target's name), each the value its own query gives
+    (``default_query``, ``spec_replicas_query``, ``replicas_query``, ``activity_query``): the pods' series are
+    aggregated by the owner their names say on the server, so that a day of history is one
+    series a workload, not one a pod and histogram bucket. ``series`` is a built-in metric name, ``spec`` or
+    ``ready`` (the counts), or ``activity``."""
+    selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
+    if series in _OWNED_COUNTS:
+        label = kind.lower()
+        counts = f"max by (namespace, {label}) ({_OWNED_COUNTS[series][kind]}{{{selector}}})"
+        return f'label_replace({counts}, "{OWNER}", "$1", "{label}", "(.+)")'
+    if series == "activity":
+        return " + ".join(f"({owned_query(name, namespaces, kind)})" for name in ACTIVITY_METRICS)
+    key = batch_key(series)
+    histogram = key in HISTOGRAMS
+    by_pod = _expression(series, selector, "namespace,pod" + (",le" if histogram else ""))
+    # A pod's owner from its name, as ``pod_owners`` reads it: the greedy group leaves the kind's suffix.
+    owned = f'label_replace({by_pod}, "{OWNER}", "$1", "pod", {promql_string("(.+)" + POD_SUFFIX[kind])})'
+    aggregation = "max" if key == "kv_cache_usage_perc" else "sum"
+    grouped = f"{aggregation} by (namespace, {OWNER}{', le' if histogram else ''}) ({owned})"
+    if series == PROMPT_SPREAD:  # histogram.lognormal_spread, in PromQL
+        low, high = (f"ln(histogram_quantile({q:g}, {grouped}))" for q in SPREAD_QUANTILES)
+        return f"({high} - {low}) / {SPREAD_Z:g}"
+    if histogram:
+        return f"histogram_quantile({quantile:g}, {grouped})"
+    return grouped

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -58,6 +59,25 @@ class RangeSeries:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class Series:
+    """One series of a range query: its labels, and its samples' times (unix seconds) and values, each an ``array``
+    of doubles (16 bytes a sample, where a list of pairs takes over 100: a query of many workloads' day)."""
+
+    labels: dict[str, str]
+    stamps: array[float]
+    values: array[float]
+
+
+@dataclass(frozen=True)
+class RangeVector:
+    """Every series a range query returned (for queries of many workloads), or why there are none."""
+
+    series: list[Series]
+    failure: Failure | None = None
+    detail: str = ""
+
+
 class MetricSource(Protocol):
     def query(self, queries: Iterable[str], now: float) -> Mapping[str, QueryResult]:
         """Evaluate every query once, at ``now``."""
@@ -67,4 +87,10 @@ class MetricSource(Protocol):
         """Evaluate one query at ``now`` and return every series (for queries batched across workloads)."""
         ...
 
-    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries: ...
+    def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
+        """One series from ``start`` to ``end`` a ``step`` apart; more than one is a failure."""
+        ...
+
+    def query_ranges(self, query: str, start: float, end: float, step: float) -> RangeVector:
+        """Every series from ``start`` to ``end`` a ``step`` apart (for queries of many workloads)."""
+        ...

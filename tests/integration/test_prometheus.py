@@ -382,6 +382,69 @@ def test_batched_queries_equal_each_workloads_default_query(
         assert values[TTFT_SECONDS_RATE] / values[FIRST_TOKENS_RATE] == pytest.approx(0.4, rel=0.01)  # type: ignore[operator]
 
 
+def test_owned_range_queries_equal_each_workloads_own(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
+    """A starting daemon reads history by series and namespaces (``warm_up.FleetHistory``): each workload's series
+    in the owned query's answer equals what its own query returns over the same range, for every kind of series
+    (sums, the KV gauge's max over both names, histogram quantiles, the prompts' spread, the counts, the activity),
+    for Deployments and a StatefulSet, and a pod of another name is no workload's."""
+    from autoscaler.metrics.queries import default_query, owned_query, quantile_of
+    from autoscaler.record import series_queries
+    from autoscaler.warm_up import owned_series
+    from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE, TTFT_SLO
+
+    started = time.time()
+    targets = [(NS, NAME), (NS, "vllm-8b"), ("batch", "vllm-8b")]
+    _export(exporter, targets, started)
+    for namespace, name in targets:
+        exporter.set("kube_deployment_spec_replicas", 2.0, namespace=namespace, deployment=name)
+        exporter.set("kube_deployment_status_replicas_ready", 2.0, namespace=namespace, deployment=name)
+    for ordinal in range(3):  # a StatefulSet named as one of the Deployments' pods could be read
+        pod = {"namespace": NS, "pod": f"vllm-8b-6c8d9f7b4-{ordinal}", "model_name": "m"}
+        exporter.set("vllm:num_requests_waiting", 7.0 + ordinal, **pod)
+    exporter.set("kube_statefulset_replicas", 3.0, namespace=NS, statefulset="vllm-8b-6c8d9f7b4")
+    workloads = [
+        {
+            "target": {"namespace": namespace, "name": name, **({"kind": kind} if kind else {})},
+            "maxReplicas": 9,
+            "metrics": [
+                {"name": n, "target": {"type": "AverageValue", "value": 1}}
+                for n in ("num_requests_waiting", "kv_cache_usage_perc")
+            ],
+            "slo": {"ttftSeconds": 2, "target": 0.95},
+            "activation": {"query": "vector(0)", "idleSeconds": 60},
+            "minReplicas": 0,
+        }
+        for namespace, name, kind in [*((n, w, None) for n, w in targets), (NS, "vllm-8b-6c8d9f7b4", "StatefulSet")]
+    ]
+    document = parse_policy_document({"prometheus": {"url": prometheus.url}, "workloads": workloads})
+    source = PrometheusSource(document.prometheus)
+    wait_for(lambda: time.time() > started + 8, 15, "a few scrapes for the rates")
+    end = time.time()
+    start = end - 6
+    histograms = {name: name for name in (TTFT_SLO, PROMPT_SPREAD, FIRST_TOKENS_RATE, TTFT_SECONDS_RATE)}
+    compared = set()
+    for workload in document.workloads:
+        target = workload.target
+        for name, series in {**owned_series(workload), **histograms}.items():
+            own = series_queries(workload).get(name) or default_query(name, workload) or ""
+            owned = owned_query(series, [NS, "batch"], target.kind, quantile_of(name, workload))
+            answer = source.query_ranges(owned, start, end, 1)
+            key = (target.namespace, target.name)
+            mine = [s for s in answer.series if (s.labels.get("namespace"), s.labels.get("owner")) == key]
+            alone = source.query_range(own, start, end, 1)
+            if alone.failure is not None:  # the StatefulSet has no histograms, no KV gauge, no ready count
+                assert not mine, (workload.key, name)
+                continue
+            assert len(mine) == 1, (workload.key, name, answer.failure, answer.detail)
+            assert list(mine[0].stamps) == [t for t, _ in alone.samples], (workload.key, name)
+            assert list(mine[0].values) == pytest.approx([v for _, v in alone.samples], rel=1e-9), (workload.key, name)
+            compared.add((target.kind, name))
+    every = {"num_requests_waiting", "kv_cache_usage_perc", "replicas", "ready_replicas", "activity", *histograms}
+    assert compared == {("Deployment", n) for n in every} | {
+        ("StatefulSet", n) for n in ("num_requests_waiting", "replicas")
+    }
+
+
 def _until_stale(observer: Observer, workload: str, metric: str, what: str) -> QueryResult:
     """Poll until ``workload``'s ``metric`` is held as stale; that failure."""
     found: dict[str, QueryResult] = {}
