@@ -13,6 +13,7 @@ from policies.base import Observation
 from policies.metric_names import BUDGET_SIGNALS, FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE
 from policies.policy_file import PolicyFileError, parse_policy_document
 from policies.predictive.budget import (
+    BUCKETS,
     SCALE,
     BudgetLedger,
     ledger_window,
@@ -108,6 +109,21 @@ def test_the_ledger_keeps_one_window_of_first_tokens_and_misses() -> None:
     assert BudgetLedger(window=60.0).used(0.99) == 0.0  # nothing seen, nothing spent
     ledger.record(61.0, 0.0, 0.5)
     assert ledger.used(0.99) == pytest.approx(3.5 / 2.0)
+
+
+def test_a_days_ledger_keeps_a_hundred_buckets_and_counts_the_ticks_window() -> None:
+    """A day of 15 s ticks, two days long: 97 buckets at most (the 5,760 ticks' tuples were 0.8 MB a workload), and
+    the first tokens and misses of the last day within a bucket's share (1 %) of those of its 5,760 ticks."""
+    ledger = BudgetLedger(window=86_400.0)
+    ticks = [(i * 15.0, 100.0 + (i % 97), 0.5 * (i % 13)) for i in range(2 * 5760)]
+    for now, tokens, misses in ticks:
+        ledger.record(now, tokens, misses)
+        assert len(ledger.starts) <= BUCKETS + 1
+    now = ticks[-1][0]
+    kept = [t for t in ticks if t[0] > now - 86_400.0]
+    assert ledger.first_tokens == pytest.approx(sum(t[1] for t in kept), rel=0.011)
+    assert ledger.misses == pytest.approx(sum(t[2] for t in kept), rel=0.011)
+    assert ledger.span == pytest.approx(86_400.0, rel=0.011) and ledger.first_tokens <= sum(t[1] for t in kept)
 
 
 def test_a_minute_counts_its_misses_from_its_whole_mean() -> None:
