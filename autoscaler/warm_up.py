@@ -268,13 +268,15 @@ class FleetHistory:
                 rows.setdefault(stamp, {})[name] = value
         member.read[span] = {}
         names = decided_names(member.workload)
+        # Before the policy's detail_seconds, only what reaches back that far is moved (its catch_up).
+        coarse = member.parts[span][0] > float(member.policy.detail_seconds)
+        apply = member.policy.catch_up if coarse else member.policy.recommend
         try:
             for stamp in sorted(rows):
                 row = rows[stamp]
                 if (current := row.get(REPLICAS)) is None:
                     continue
-                observation = recorded_observation(member.workload, row, stamp + self.to_now, round(current), names)
-                member.policy.recommend(observation)
+                apply(recorded_observation(member.workload, row, stamp + self.to_now, round(current), names))
                 member.outcome.samples += 1
         except Exception as exc:
             member.failed.setdefault("replay", repr(exc)[:300])

@@ -99,6 +99,8 @@ class Policy(Protocol):
 
     def recommend(self, observation: Observation) -> Proposal: ...
 
+    def catch_up(self, observation: Observation) -> None: ...
+
 
 class PolicyBase:
     """The optional members of a policy, with what they mean when a policy leaves them out.
@@ -108,7 +110,9 @@ class PolicyBase:
     * ``history_seconds``: how much of the past the policy's state is built from; a starting daemon passes that much
       of Prometheus's history through ``recommend`` before its first decision (``autoscaler.warm_up``). 0: none.
     * ``detail_seconds``: the recent part of it read a tick at a time; what is older is read ``coarse_intervals``
-      ticks apart. By default all of it, a tick at a time.
+      ticks apart and passed through ``catch_up``. By default all of it, a tick at a time.
+    * ``catch_up(observation)``: a tick of the history before ``detail_seconds``, for the state that reaches back
+      that far; by default ``recommend``, its proposal discarded.
     * ``resolved()``: the settings the policy runs with, its defaults worked out, for a report; by default none.
     """
 
@@ -133,6 +137,9 @@ class PolicyBase:
 
     def recommend(self, observation: Observation) -> Proposal:
         raise NotImplementedError
+
+    def catch_up(self, observation: Observation) -> None:
+        self.recommend(observation)
 
 
 def is_latency_quantile(spec: MetricSpec) -> bool:
