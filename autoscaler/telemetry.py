@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class Labelled(Generic[M]):
+    """A labelled metric whose children are kept once made: prometheus-client checks and joins the label values on
+    every ``labels()``, about 2 us, and a tick asks nine a workload (0.2 s of a tick of 10,000)."""
+
+    def __init__(self, metric: M) -> None:
+        self.metric: M = metric
+        self.made: dict[tuple[str, ...], M] = {}
+
+    def labels(self, *values: str) -> M:
+        child = self.made.get(values)
+        if child is None:
+            child = self.made[values] = self.metric.labels(*values)
+        return child
 
 
 class Telemetry:
@@ -12,56 +31,76 @@ class Telemetry:
         self.registry = CollectorRegistry()
         r = self.registry
         labels = ["workload"]
-        self.desired = Gauge(
-            "vllm_autoscaler_desired_replicas", "Replica count decided at the last tick", labels, registry=r
+        self.desired = Labelled(
+            Gauge("vllm_autoscaler_desired_replicas", "Replica count decided at the last tick", labels, registry=r)
         )
-        self.current = Gauge(
-            "vllm_autoscaler_current_replicas", "spec.replicas read at the last tick", labels, registry=r
+        self.current = Labelled(
+            Gauge("vllm_autoscaler_current_replicas", "spec.replicas read at the last tick", labels, registry=r)
         )
-        self.ready = Gauge("vllm_autoscaler_ready_replicas", "readyReplicas read at the last tick", labels, registry=r)
-        self.min_replicas = Gauge("vllm_autoscaler_min_replicas", "The workload's minReplicas", labels, registry=r)
-        self.max_replicas = Gauge("vllm_autoscaler_max_replicas", "The workload's maxReplicas", labels, registry=r)
-        self.recommended = Gauge(
-            "vllm_autoscaler_recommended_replicas",
-            "The policy's raw recommendation before behavior",
-            labels,
-            registry=r,
+        self.ready = Labelled(
+            Gauge("vllm_autoscaler_ready_replicas", "readyReplicas read at the last tick", labels, registry=r)
         )
-        self.heading = Gauge(
-            "vllm_autoscaler_heading_replicas",
-            "In dry-run: the count the policy is heading for (its stabilized recommendation within the bounds)",
-            labels,
-            registry=r,
+        self.min_replicas = Labelled(
+            Gauge("vllm_autoscaler_min_replicas", "The workload's minReplicas", labels, registry=r)
         )
-        self.owner_desired = Gauge(
-            "vllm_autoscaler_owner_desired_replicas",
-            "The other autoscaler's desiredReplicas (HPA status), read in shadow mode beside our own",
-            labels,
-            registry=r,
+        self.max_replicas = Labelled(
+            Gauge("vllm_autoscaler_max_replicas", "The workload's maxReplicas", labels, registry=r)
         )
-        self.owner_current = Gauge(
-            "vllm_autoscaler_owner_current_replicas",
-            "The other autoscaler's currentReplicas (HPA status), read in shadow mode",
-            labels,
-            registry=r,
+        self.recommended = Labelled(
+            Gauge(
+                "vllm_autoscaler_recommended_replicas",
+                "The policy's raw recommendation before behavior",
+                labels,
+                registry=r,
+            )
         )
-        self.metric_value = Gauge(
-            "vllm_autoscaler_metric_value",
-            "Each workload metric's value at the last tick",
-            ["workload", "metric"],
-            registry=r,
+        self.heading = Labelled(
+            Gauge(
+                "vllm_autoscaler_heading_replicas",
+                "In dry-run: the count the policy is heading for (its stabilized recommendation within the bounds)",
+                labels,
+                registry=r,
+            )
         )
-        self.decisions = Counter(
-            "vllm_autoscaler_decisions_total", "Decisions by reason", ["workload", "reason"], registry=r
+        self.owner_desired = Labelled(
+            Gauge(
+                "vllm_autoscaler_owner_desired_replicas",
+                "The other autoscaler's desiredReplicas (HPA status), read in shadow mode beside our own",
+                labels,
+                registry=r,
+            )
         )
-        self.scale_writes = Counter(
-            "vllm_autoscaler_scale_writes_total", "Scale writes by outcome", ["workload", "outcome"], registry=r
+        self.owner_current = Labelled(
+            Gauge(
+                "vllm_autoscaler_owner_current_replicas",
+                "The other autoscaler's currentReplicas (HPA status), read in shadow mode",
+                labels,
+                registry=r,
+            )
         )
-        self.query_errors = Counter(
-            "vllm_autoscaler_metric_query_errors_total",
-            "Metric queries without a value",
-            ["workload", "metric", "reason"],
-            registry=r,
+        self.metric_value = Labelled(
+            Gauge(
+                "vllm_autoscaler_metric_value",
+                "Each workload metric's value at the last tick",
+                ["workload", "metric"],
+                registry=r,
+            )
+        )
+        self.decisions = Labelled(
+            Counter("vllm_autoscaler_decisions_total", "Decisions by reason", ["workload", "reason"], registry=r)
+        )
+        self.scale_writes = Labelled(
+            Counter(
+                "vllm_autoscaler_scale_writes_total", "Scale writes by outcome", ["workload", "outcome"], registry=r
+            )
+        )
+        self.query_errors = Labelled(
+            Counter(
+                "vllm_autoscaler_metric_query_errors_total",
+                "Metric queries without a value",
+                ["workload", "metric", "reason"],
+                registry=r,
+            )
         )
         self._process(r)
 
@@ -84,34 +123,42 @@ class Telemetry:
         self.leader = Gauge(
             "vllm_autoscaler_leader", "1 while this replica holds the lease (or needs none)", registry=r
         )
-        self.leader_transitions = Counter(
-            "vllm_autoscaler_leader_transitions_total",
-            "This replica's leadership changes: acquired, or lost (not renewed in time, or taken over)",
-            ["event"],
-            registry=r,
+        self.leader_transitions = Labelled(
+            Counter(
+                "vllm_autoscaler_leader_transitions_total",
+                "This replica's leadership changes: acquired, or lost (not renewed in time, or taken over)",
+                ["event"],
+                registry=r,
+            )
         )
-        self.cold_start = Histogram(
-            "vllm_autoscaler_cold_start_seconds",
-            "From a scale-up write to readyReplicas reaching the new count",
-            labels,
-            registry=r,
-            buckets=(15, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800),
+        self.cold_start = Labelled(
+            Histogram(
+                "vllm_autoscaler_cold_start_seconds",
+                "From a scale-up write to readyReplicas reaching the new count",
+                labels,
+                registry=r,
+                buckets=(15, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800),
+            )
         )
-        self.slo_first_tokens = Counter(
-            "vllm_autoscaler_slo_first_tokens_total",
-            "First tokens the slo's error budget counted (a workload whose policy counts one)",
-            labels,
-            registry=r,
+        self.slo_first_tokens = Labelled(
+            Counter(
+                "vllm_autoscaler_slo_first_tokens_total",
+                "First tokens the slo's error budget counted (a workload whose policy counts one)",
+                labels,
+                registry=r,
+            )
         )
-        self.slo_misses = Counter(
-            "vllm_autoscaler_slo_misses_total",
-            "First tokens estimated beyond the slo's ttftSeconds of their own prefill (policies.predictive.budget)",
-            labels,
-            registry=r,
+        self.slo_misses = Labelled(
+            Counter(
+                "vllm_autoscaler_slo_misses_total",
+                "First tokens estimated beyond the slo's ttftSeconds of their own prefill (policies.predictive.budget)",
+                labels,
+                registry=r,
+            )
         )
-        self.slo_target = Gauge(
-            "vllm_autoscaler_slo_target", "The share of requests the slo asks to meet it", labels, registry=r
+        self.slo_target = Labelled(
+            Gauge("vllm_autoscaler_slo_target", "The share of requests the slo asks to meet it", labels, registry=r)
         )
-        self.policy_reloads = Counter(
-            "vllm_autoscaler_policy_reloads_total", "Policy file reloads by result", ["result"], registry=r
+        self.policy_reloads = Labelled(
+            Counter("vllm_autoscaler_policy_reloads_total", "Policy file reloads by result", ["result"], registry=r)
         )

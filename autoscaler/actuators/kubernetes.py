@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -100,6 +101,7 @@ class KubernetesActuator:
         self.stopping = stopping or threading.Event()
         self._events: dict[tuple[str, ...], _Recorded] = {}
         self._events_lock = threading.Lock()  # scale writes, and so their Events, run in several threads
+        self._listed: dict[tuple[str, str], tuple[bytes, dict[str, ScaleState]]] = {}  # (kind, namespace): _list
         self._failing: dict[tuple[str, str], tuple[float, int, Exception]] = {}  # (list, namespace): until, count, why
 
     def _read(self, what: str, namespace: str, fn: Callable[[], Any]) -> Any:
@@ -218,7 +220,15 @@ class KubernetesActuator:
             self.apps.list_namespaced_stateful_set if kind == "StatefulSet" else self.apps.list_namespaced_deployment
         )
         response: Any = lister(namespace, _preload_content=False, _request_timeout=self.timeout)
-        items = json.loads(response.data).get("items", [])
+        data: bytes = response.data
+        # The items as the server wrote them, after the list's own resourceVersion (which any write anywhere moves):
+        # a namespace whose targets did not change since the last tick is not parsed again. Parsing is 40 us a
+        # Deployment: 0.4 s of every tick at 10,000, where a steady fleet changes none.
+        digest = hashlib.blake2b(data[data.find(b'"items"') :], digest_size=16).digest()
+        last = self._listed.get((kind, namespace))
+        if last is not None and last[0] == digest:
+            return last[1]
+        items = json.loads(data).get("items", [])
         states = {}
         for item in items:
             meta, spec, status = item.get("metadata", {}), item.get("spec", {}), item.get("status") or {}
@@ -228,6 +238,7 @@ class KubernetesActuator:
                 resource_version=str(meta.get("resourceVersion", "")),
                 annotations=dict(meta.get("annotations") or {}),
             )
+        self._listed[(kind, namespace)] = (digest, states)
         return states
 
     def _patch_scale(self, target: TargetRef, body: dict[str, Any]) -> Any:

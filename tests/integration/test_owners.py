@@ -9,6 +9,7 @@ import time
 import pytest
 from kubernetes import client
 
+from autoscaler.actuators.base import ScaleState, target_key
 from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
 from autoscaler.controller import Controller
 from autoscaler.testing.fault_proxy import FaultProxy
@@ -310,3 +311,25 @@ def test_one_fence_for_every_write(cluster: Cluster) -> None:
     assert [r.workload for r in ConfigMapStateStore(api, cluster.namespace).load().values()] == [
         f"{cluster.namespace}/{NAME}"
     ]
+
+
+def test_a_namespace_whose_targets_did_not_change_is_not_parsed_again(cluster: Cluster) -> None:
+    """Each tick lists every namespace's Deployments; a list whose items are the bytes of the last (only the list's
+    own resourceVersion moved) gives back what the last one was read as, and one scaled in between is read anew."""
+    cluster.deployment(NAME, 2)
+    cluster.deployment("vllm-other", 3)
+    actuator = KubernetesActuator(api_client(str(cluster.kubeconfig())))
+    targets = [TargetRef(namespace=cluster.namespace, name=name) for name in (NAME, "vllm-other")]
+    first = actuator.read_many(targets)
+    client.CoreV1Api(cluster.admin).create_namespaced_config_map(  # a write elsewhere moves the list's version
+        cluster.namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="unrelated"))
+    )
+    again = actuator.read_many(targets)
+    assert all(again[key] is first[key] for key in first)
+    client.AppsV1Api(cluster.admin).patch_namespaced_deployment_scale(
+        NAME, cluster.namespace, {"spec": {"replicas": 5}}
+    )
+    scaled = actuator.read_many(targets)
+    key = target_key(targets[0])
+    state = scaled[key]
+    assert state is not first[key] and isinstance(state, ScaleState) and state.replicas == 5
