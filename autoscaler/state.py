@@ -83,6 +83,9 @@ class WorkloadRecord(BaseModel):
     scaled_to_zero: bool = False  # the target's zero is this controller's own: the only zero it wakes
 
 
+RECORD_FIELDS = set(WorkloadRecord.model_fields)  # a record the controller builds has every one
+
+
 def record_key(workload_key: str, kind: str) -> str:
     """A ConfigMap data key (``[-._a-zA-Z0-9]+``): object names never hold ``_``, so it separates."""
     namespace, name = workload_key.split("/", 1)
