@@ -38,6 +38,9 @@ class Condition(BaseModel):
     last_transition_time: float | None = Field(default=None, alias="lastTransitionTime")  # wall-clock seconds
 
 
+CONDITION_FIELDS = set(Condition.model_fields)
+
+
 def _able(line: dict[str, Any]) -> tuple[Status, str, str] | None:
     reason, write = line.get("reason"), line.get("write")
     if str(reason or "").startswith("target-"):
@@ -145,5 +148,16 @@ def merge(previous: list[Condition], judged: dict[str, tuple[Status, str, str]],
             out.append(before)  # unchanged: the same object, not another validated one every tick
             continue
         since = before.last_transition_time if before is not None and before.status == status else now
-        out.append(Condition(type=kind, status=status, reason=reason, message=message, lastTransitionTime=since))
+        # Built from the controller's own values: not validated, and one set of fields for all (a validated
+        # Condition is 870 bytes, three a workload: 26 MB at 10,000).
+        out.append(
+            Condition.model_construct(
+                _fields_set=CONDITION_FIELDS,
+                type=kind,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=since,
+            )
+        )
     return out

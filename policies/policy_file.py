@@ -10,6 +10,7 @@ import difflib
 import functools
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -208,8 +209,9 @@ class Workload(StrictModel):
 
     @property
     def key(self) -> str:
-        """The workload's name everywhere: ``namespace/name`` of its target."""
-        return f"{self.target.namespace}/{self.target.name}"
+        """The workload's name everywhere: ``namespace/name`` of its target (one string object however often asked: the
+        daemon keys a dozen maps by it, 5 MB of copies at 10,000 workloads)."""
+        return sys.intern(f"{self.target.namespace}/{self.target.name}")
 
     @property
     def awake_min_replicas(self) -> int:
