@@ -202,6 +202,7 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
     from autoscaler.actuators.dryrun import DryRunActuator
     from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
     from autoscaler.controller import Controller
+    from autoscaler.daemon import settle
     from autoscaler.metrics.prometheus import PrometheusSource
     from autoscaler.state import ConfigMapStateStore
     from autoscaler.testing.servers import PrometheusServer, wait_for
@@ -229,6 +230,7 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
             "Prometheus to hold every pod's series",
         )
         controller.tick()  # warm: connection pools, the owner cache; the state written once
+        settle(controller, [])  # as the daemon does after its first tick
         figures |= _steady_tick(controller, source, store) | _burst(controller, parent, count)
         figures["daemon_rss_mib"] = _rss_mib()  # one controller of the fleet, after its burst
         budget = parse_policy_document(_slo_written(_policy(prometheus.url, _workloads(count))))

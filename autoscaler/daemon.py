@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import gc
 import math
 import os
 import signal
@@ -169,12 +170,14 @@ def _serve(controller: Controller, elector: LeaderElector | None, settings: Sett
         )
     idle = threading.Event()
     idle.set()
+    settled: list[PolicyFile] = []
 
     def tick() -> None:
         # The job never calls back into the scheduler: shutdown holds its lock while it waits for this job.
         idle.clear()
         try:
             controller.tick()
+            settle(controller, settled)
         except Exception:  # one bad tick must not kill the loop
             log.exception("tick-failed")
         finally:
@@ -198,6 +201,20 @@ def _serve(controller: Controller, elector: LeaderElector | None, settings: Sett
             scheduler.reschedule_job("tick", trigger="interval", seconds=interval)
             log.info("interval-changed", interval=interval)
     return _shut_down(scheduler, idle, elector, server)
+
+
+def settle(controller: Controller, settled: list[PolicyFile]) -> None:
+    """After the first tick and after each reload, what lives as long as the policy (the document, the deciders,
+    the metric series) is frozen out of the garbage collector's sight (``gc.freeze``): a full collection walked
+    all of it, about 0.3 s of a tick of 10,000 workloads, landing in whichever allocation set it off. Each time it
+    is thawed and collected first, so that what a reload let go (cycles included) is freed. ``settled`` holds the
+    document settled for."""
+    if settled and settled[0] is controller.document:
+        return
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    settled[:] = [controller.document]
 
 
 def _shut_down(

@@ -45,3 +45,29 @@ def test_the_daemons_commands_run_without_the_simulator() -> None:
     assert "Traceback" not in status.stderr
     simulate = _in_the_image("simulate", "-q")
     assert simulate.returncode == 1 and "needs the simulator" in simulate.stderr and "Traceback" not in simulate.stderr
+
+
+def test_what_lives_as_long_as_the_policy_is_frozen_once_and_again_after_a_reload() -> None:
+    """``settle``: after the first tick the garbage collector stops walking the document, the deciders and the metric
+    series; a later tick of the same document does nothing; a reloaded document is settled again, after a collection
+    that frees what the old one held."""
+    import gc
+    from types import SimpleNamespace
+    from typing import Any
+
+    from autoscaler.daemon import settle
+
+    settled: list[Any] = []
+    first, reloaded = object(), object()
+    controller: Any = SimpleNamespace(document=first)
+    try:
+        settle(controller, settled)
+        frozen = gc.get_freeze_count()
+        assert frozen > 0 and settled == [first]
+        settle(controller, settled)
+        assert gc.get_freeze_count() == frozen
+        controller.document = reloaded
+        settle(controller, settled)
+        assert settled == [reloaded] and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
