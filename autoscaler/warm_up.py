@@ -12,7 +12,8 @@ to learn as it goes, as it did before (logged as ``warm-up-incomplete``).
 The history is read by series and namespaces, not by workload (``FleetHistory``): a series its own query
 would read from the built-in metrics or kube-state-metrics is asked once for every workload of up to
 ``BATCH_POINTS`` worth of namespaces, aggregated to one series a workload on the server
-(``metrics.queries.owned_query``); only a custom query is asked per workload. Worked example: 10,000
+(``metrics.queries.owned_query``), a namespace of more workloads than that in parts by the targets' names; only a
+custom query is asked per workload. Worked example: 10,000
 workloads in 100 namespaces, each read from seven such series over a day (23 hours a minute apart, three
 namespaces a query; the last hour a tick apart, twenty), ask 7 x (34 + 5) = 273 queries where they asked
 140,000, one for each workload, series and part (tests/test_warm_up.py).
@@ -154,22 +155,25 @@ class FleetHistory:
     @staticmethod
     def _owned_reads(group: tuple[str, str, str, float, int, Part], workloads: list[Workload]) -> list[_Read]:
         """The reads of one owned series over one part for ``workloads``: their namespaces, in their order, as few
-        to a query as keep it within ``BATCH_POINTS``."""
+        to a query as keep it within ``BATCH_POINTS``; a namespace of more workloads than that, in parts of it by
+        the targets' names (one namespace of 10,000 read whole would take gigabytes while parsed)."""
         name, series, kind, quantile, span, part = group
-        steps = max(1, round((part[0] - part[1]) / part[2]))
+        most = max(1, BATCH_POINTS // max(1, round((part[0] - part[1]) / part[2])))
         by_namespace: dict[str, list[Workload]] = {}
         for workload in workloads:
             by_namespace.setdefault(workload.target.namespace, []).append(workload)
         reads: list[_Read] = []
-        chunk: list[str] = []
-        size = 0
-        for namespace, members in [*by_namespace.items(), ("", [])]:
-            if chunk and (not members or (size + len(members)) * steps > BATCH_POINTS):
-                reads.append(_owned_read(name, (series, kind, quantile), by_namespace, chunk, span, part))
-                chunk, size = [], 0
-            if members:
-                chunk.append(namespace)
-                size += len(members)
+        chunk: list[Workload] = []
+        for members in [*by_namespace.values(), []]:
+            if chunk and (not members or len(chunk) + len(members) > most):
+                reads.append(_owned_read(name, (series, kind, quantile), chunk, span, part))
+                chunk = []
+            if len(members) > most:  # alone, in parts
+                for start in range(0, len(members), most):
+                    some = members[start : start + most]
+                    reads.append(_owned_read(name, (series, kind, quantile), some, span, part, whole=False))
+            else:
+                chunk += members
         return reads
 
     @property
@@ -225,20 +229,22 @@ class FleetHistory:
             self.next = len(self.reads)
 
     def _split(self, read: _Read) -> list[_Read]:
-        """A read Prometheus refused as too large: its namespaces in two halves, or one namespace's workloads each
-        with its own query."""
+        """A read Prometheus refused as too large: its workloads in two halves (by namespace while it spans several),
+        and one workload's as its own query."""
         assert read.owners is not None
         workloads = [self.members[key].workload for key in read.keys]
-        by_namespace: dict[str, list[Workload]] = {}
-        for workload in workloads:
-            by_namespace.setdefault(workload.target.namespace, []).append(workload)
-        if len(read.namespaces) > 1:
-            half = len(read.namespaces) // 2
-            return [
-                _owned_read(read.name, read.group, by_namespace, part, read.span, read.part)
-                for part in (read.namespaces[:half], read.namespaces[half:])
-            ]
-        return [_Read(read.name, series_queries(w)[read.name], read.span, read.part, [w.key]) for w in workloads]
+        if len(workloads) == 1:
+            return [_Read(read.name, series_queries(workloads[0])[read.name], read.span, read.part, read.keys)]
+        spaces = list(dict.fromkeys(w.target.namespace for w in workloads))
+        if len(spaces) > 1:  # whole namespaces, in two halves
+            first = set(spaces[: len(spaces) // 2])
+            halves = (
+                [w for w in workloads if w.target.namespace in first],
+                [w for w in workloads if w.target.namespace not in first],
+            )
+        else:
+            halves = workloads[: len(workloads) // 2], workloads[len(workloads) // 2 :]
+        return [_owned_read(read.name, read.group, half, read.span, read.part, len(spaces) > 1) for half in halves]
 
     def _keep(self, key: str, read: _Read, stamps: array[float], values: array[float]) -> None:
         kept = self.members[key].read[read.span]
@@ -292,25 +298,21 @@ class FleetHistory:
 
 
 def _owned_read(
-    name: str,
-    group: tuple[str, str, float],
-    by_namespace: dict[str, list[Workload]],
-    namespaces: list[str],
-    span: int,
-    part: Part,
+    name: str, group: tuple[str, str, float], workloads: list[Workload], span: int, part: Part, whole: bool = True
 ) -> _Read:
-    """The read of series ``name`` (``group``: its owned series, the targets' kind, a histogram's quantile) for the
-    workloads of ``namespaces``."""
+    """The read of series ``name`` (``group``: its owned series, the targets' kind, a histogram's quantile) for
+    ``workloads``: their namespaces whole, or (not ``whole``) the targets by name, a part of one namespace's."""
     series, kind, quantile = group
-    members = [w for n in namespaces for w in by_namespace[n]]
+    spaces = list(dict.fromkeys(w.target.namespace for w in workloads))
+    names = None if whole else [w.target.name for w in workloads]
     return _Read(
         name,
-        owned_query(series, namespaces, kind, quantile),
+        owned_query(series, spaces, kind, quantile, names=names),
         span,
         part,
-        [w.key for w in members],
-        {(w.target.namespace, w.target.name): w.key for w in members},
-        list(namespaces),
+        [w.key for w in workloads],
+        {(w.target.namespace, w.target.name): w.key for w in workloads},
+        spaces,
         group,
     )
 

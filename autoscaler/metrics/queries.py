@@ -228,20 +228,26 @@ def aggregate(name: str, values: list[tuple[dict[str, str], float]], quantile: f
 OWNER = "owner"
 
 
-def owned_query(series: str, namespaces: list[str], kind: str, quantile: float = 0.9) -> str:
-    """One query for ``series`` of every workload of ``kind`` in ``namespaces``, one result series per workload
-    labelled ``namespace`` and ``owner`` (the target's name), each the value its own query gives
-    (``default_query``, ``spec_replicas_query``, ``replicas_query``, ``activity_query``): the pods' series are
-    aggregated by the owner their names say on the server, so that a day of history is one
-    series a workload, not one a pod and histogram bucket. ``series`` is a built-in metric name, ``spec`` or
-    ``ready`` (the counts), or ``activity``."""
+def owned_query(
+    series: str, namespaces: list[str], kind: str, quantile: float = 0.9, names: list[str] | None = None
+) -> str:
+    """One query for ``series`` of every workload of ``kind`` in ``namespaces`` (or only of the targets ``names``,
+    within one namespace), one result series per workload labelled ``namespace`` and ``owner`` (the target's name),
+    each the value its own query gives (``default_query``, ``spec_replicas_query``, ``replicas_query``,
+    ``activity_query``): the pods' series are aggregated by the owner their names say on the server, so that a day
+    of history is one series a workload, not one a pod and histogram bucket. ``series`` is a built-in metric name,
+    ``spec`` or ``ready`` (the counts), or ``activity``."""
     selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
+    targets = None if names is None else "(" + "|".join(regex_literal(n) for n in sorted(set(names))) + ")"
     if series in _OWNED_COUNTS:
         label = kind.lower()
-        counts = f"max by (namespace, {label}) ({_OWNED_COUNTS[series][kind]}{{{selector}}})"
+        chosen = "" if targets is None else f",{label}=~{promql_string(targets)}"
+        counts = f"max by (namespace, {label}) ({_OWNED_COUNTS[series][kind]}{{{selector}{chosen}}})"
         return f'label_replace({counts}, "{OWNER}", "$1", "{label}", "(.+)")'
     if series == "activity":
-        return " + ".join(f"({owned_query(name, namespaces, kind)})" for name in ACTIVITY_METRICS)
+        return " + ".join(f"({owned_query(name, namespaces, kind, names=names)})" for name in ACTIVITY_METRICS)
+    if targets is not None:
+        selector += f",pod=~{promql_string(targets + POD_SUFFIX[kind])}"
     key = batch_key(series)
     histogram = key in HISTOGRAMS
     by_pod = _expression(series, selector, "namespace,pod" + (",le" if histogram else ""))

@@ -436,8 +436,16 @@ def test_owned_range_queries_equal_each_workloads_own(exporter: VllmExporter, pr
                 assert not mine, (workload.key, name)
                 continue
             assert len(mine) == 1, (workload.key, name, answer.failure, answer.detail)
-            assert list(mine[0].stamps) == [t for t, _ in alone.samples], (workload.key, name)
-            assert list(mine[0].values) == pytest.approx([v for _, v in alone.samples], rel=1e-9), (workload.key, name)
+            # And by name, as a part of a namespace too large for one query is read: this workload's series alone.
+            named = owned_query(series, [target.namespace], target.kind, quantile_of(name, workload), [target.name])
+            alone_by_name = source.query_ranges(named, start, end, 1).series
+            assert [(s.labels.get("namespace"), s.labels.get("owner")) for s in alone_by_name] == [key]
+            for found in (mine[0], alone_by_name[0]):
+                assert list(found.stamps) == [t for t, _ in alone.samples], (workload.key, name)
+                assert list(found.values) == pytest.approx([v for _, v in alone.samples], rel=1e-9), (
+                    workload.key,
+                    name,
+                )
             compared.add((target.kind, name))
     every = {"num_requests_waiting", "kv_cache_usage_perc", "replicas", "ready_replicas", "activity", *histograms}
     assert compared == {("Deployment", n) for n in every} | {
