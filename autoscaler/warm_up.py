@@ -99,7 +99,6 @@ class _Read:
     part: Part
     keys: list[str]
     owners: dict[tuple[str, str], str] | None = None
-    namespaces: list[str] = field(default_factory=list)
     group: tuple[str, str, float] = ("", "Deployment", 0.9)  # an owned query's series, kind and quantile
 
 
@@ -312,7 +311,6 @@ def _owned_read(
         part,
         [w.key for w in workloads],
         {(w.target.namespace, w.target.name): w.key for w in workloads},
-        spaces,
         group,
     )
 
