@@ -246,12 +246,7 @@ class FleetHistory:
         return [_owned_read(read.name, read.group, half, read.span, read.part, len(spaces) > 1) for half in halves]
 
     def _keep(self, key: str, read: _Read, stamps: array[float], values: array[float]) -> None:
-        kept = self.members[key].read[read.span]
-        if read.name in kept:  # one workload's series in two answers: a read asked again in halves
-            kept[read.name][0].extend(stamps)
-            kept[read.name][1].extend(values)
-        else:
-            kept[read.name] = (stamps, values)
+        self.members[key].read[read.span][read.name] = (stamps, values)  # one read a workload, series and part
 
     def _arrived(self, key: str, span: int) -> None:
         """One more read of ``key``'s part ``span`` is in: replay what is complete, oldest first."""
