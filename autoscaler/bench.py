@@ -107,16 +107,15 @@ def _serve(count: int, conn: Connection) -> None:
 def _cluster(kube: KubeServer, targets: list[tuple[str, str]], workdir: Path) -> Path:
     """Namespaces and Deployments at 2 replicas (made eight at a time), and a kubeconfig for the daemon: a
     ServiceAccount bound by the shipped RBAC where ``deploy/`` is beside the package (a checkout), else the admin."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from kubernetes import client
+
+    from autoscaler.concurrency import each
 
     core = client.CoreV1Api(kube.admin())
     namespaces = sorted({n for n, _ in targets})
     for namespace in namespaces:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda target: kube.create_deployment(target[0], target[1], 2), targets))
+    each(lambda target: kube.create_deployment(target[0], target[1], 2), targets, 8, "create")
     return kube.kubeconfig(workdir / "kubeconfig", _identity(kube, namespaces[0], namespaces, "bench"))
 
 

@@ -10,7 +10,6 @@ import hashlib
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from autoscaler.actuators.base import (
     ScaleState,
     target_key,
 )
+from autoscaler.concurrency import each
 from autoscaler.conditions import Condition, judge, merge
 from autoscaler.leader import LeaderElector
 from autoscaler.logs import get_logger
@@ -470,12 +470,7 @@ class Controller:
                 log.exception("workload-write-failed", workload=c.runtime.workload.key)
                 c.line.update(write="failed", detail=repr(exc)[:300], applied=False)
 
-        if len(commits) <= 1:
-            for c in commits:
-                commit(c)
-            return
-        with ThreadPoolExecutor(min(WRITE_CONCURRENCY, len(commits)), thread_name_prefix="scale-write") as pool:
-            list(pool.map(commit, commits))
+        each(commit, commits, WRITE_CONCURRENCY, "scale-write")
 
     def _commit(
         self, runtime: WorkloadRuntime, state: ScaleState, decision: Decision, desired: int, line: dict[str, Any]

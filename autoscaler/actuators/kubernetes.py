@@ -11,7 +11,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +30,7 @@ from autoscaler.actuators.base import (
     WriteResult,
     target_key,
 )
+from autoscaler.concurrency import each
 from autoscaler.logs import get_logger
 from policies.policy_file import TargetRef
 
@@ -186,11 +186,7 @@ class KubernetesActuator:
         for target in targets:
             groups.setdefault((target.kind, target.namespace), []).append(target)
         states: dict[tuple[str, str, str], ScaleState | ActuatorError] = {}
-        if len(groups) > 1:
-            with ThreadPoolExecutor(min(READ_CONCURRENCY, len(groups)), thread_name_prefix="list") as pool:
-                answers = list(pool.map(self._list_group, groups))
-        else:
-            answers = [self._list_group(group) for group in groups]
+        answers = each(self._list_group, groups, READ_CONCURRENCY, "list")
         for members, listed in zip(groups.values(), answers, strict=True):
             if isinstance(listed, ActuatorError):
                 states.update((target_key(t), listed) for t in members)
