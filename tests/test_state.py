@@ -119,10 +119,16 @@ def _store(core: ShardedCore) -> ConfigMapStateStore:
     return store
 
 
-def test_a_large_fleet_is_sharded_under_the_object_limit_and_read_back_whole() -> None:
+def _loaded() -> tuple[ShardedCore, ConfigMapStateStore]:
+    """A store over empty ConfigMaps, read as a starting leader reads them."""
     core = ShardedCore()
     store = _store(core)
     store.load()
+    return core, store
+
+
+def test_a_large_fleet_is_sharded_under_the_object_limit_and_read_back_whole() -> None:
+    core, store = _loaded()
     written = fleet(10_000, 1000.0)
     store.save(written)
     assert 1 < store.shards <= MOST_SHARDS and len(core.maps) == store.shards
@@ -134,9 +140,7 @@ def test_a_large_fleet_is_sharded_under_the_object_limit_and_read_back_whole() -
 
 
 def test_one_workload_changing_rewrites_its_shard_only_and_an_idle_tick_writes_none() -> None:
-    core = ShardedCore()
-    store = _store(core)
-    store.load()
+    core, store = _loaded()
     store.save(fleet(10_000, 1000.0))
     before = len(core.writes)
     store.save(fleet(10_000, 1015.0))  # only the time moved
@@ -148,9 +152,7 @@ def test_one_workload_changing_rewrites_its_shard_only_and_an_idle_tick_writes_n
 
 
 def test_a_small_fleet_keeps_one_configmap_without_a_layout() -> None:
-    core = ShardedCore()
-    store = _store(core)
-    store.load()
+    core, store = _loaded()
     store.save(fleet(50, 1000.0))
     assert list(core.maps) == ["vllm-autoscaler-state"] and LAYOUT_KEY not in core.maps["vllm-autoscaler-state"]
 
@@ -158,9 +160,7 @@ def test_a_small_fleet_keeps_one_configmap_without_a_layout() -> None:
 def test_a_steady_windows_new_recommendations_are_no_change_and_a_new_count_is() -> None:
     """A fleet holding 4 adds a recommendation of 4 every tick: nothing to write until the heartbeat; a
     recommendation of 5 in the window is written at once."""
-    core = ShardedCore()
-    store = _store(core)
-    store.load()
+    core, store = _loaded()
 
     def at(t: float, values: list[int]) -> dict[str, WorkloadRecord]:
         behavior = {"recommendations": [[float(v), t - 15.0 * i] for i, v in enumerate(values)], "scale_up": []}
@@ -178,9 +178,7 @@ def test_a_steady_windows_new_recommendations_are_no_change_and_a_new_count_is()
 
 
 def test_a_workload_gone_from_the_file_leaves_its_shard_rewritten_without_it() -> None:
-    core = ShardedCore()
-    store = _store(core)
-    store.load()
+    core, store = _loaded()
     written = fleet(10_000, 1000.0)
     store.save(written)
     before = len(core.writes)
