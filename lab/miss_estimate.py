@@ -171,7 +171,7 @@ def measure(
     doc, variant = document, workload
     if headroom is not None:
         # The headroom as given, not learned: the built-in's learned one would hold the fleet from the loads to span.
-        fixed = {key: value for key, value in workload.policy.items() if key != "learnedHeadroom"}
+        fixed = {key: value for key, value in workload.policy.items() if key not in ("learnedHeadroom", "utilization")}
         doc, variant = policy_variant(document, workload, {**fixed, "headroom": headroom})
     contender = policy_contender(doc, variant, model)
     signals = contender.signals

@@ -14,12 +14,17 @@ TTFT_SLO = "time_to_first_token_slo_seconds"
 a metric a file scales on, but what ``predictive`` learns a replica's capacity by
 (``policies.predictive.capacity``), read for a workload with a ``capacity`` block that learns."""
 
+WAITING = "num_requests_waiting"
+GENERATION_TOKENS = "generation_tokens_per_second"
 TTFT_SECONDS_RATE = "time_to_first_token_seconds_per_second"
 FIRST_TOKENS_RATE = "first_tokens_per_second"
 BUDGET_SIGNALS = (TTFT_SECONDS_RATE, FIRST_TOKENS_RATE, "prompt_tokens_per_second")
 """What the error budget is counted from (``policies.predictive.budget``): the rates of the TTFT histogram's
 ``_sum`` and ``_count`` over the last minute, and the prompt tokens'; not metrics a file scales on, but read for a
 workload whose ``predictive`` policy has a ``learnedHeadroom.budget``."""
+WORK_SIGNALS = ("prompt_tokens_per_second", GENERATION_TOKENS, WAITING, FIRST_TOKENS_RATE)
+"""What a follower of the work reads (``policies.predictive.utilization``): the tokens the fleet processed over the
+last minute, its waiting requests and its first tokens, for a ``predictive`` policy with a ``utilization`` block."""
 
 PROMPT_SPREAD = "prompt_length_sigma"
 """The spread of the last hour's prompt lengths, the standard deviation of their log, read as lognormal from vLLM's

@@ -29,7 +29,7 @@ from pydantic import (
 
 from policies import registry
 from policies.base import Policy, WorkloadContext
-from policies.metric_names import BUDGET_SIGNALS, BUILTIN_METRIC_NAMES, PROMPT_SPREAD, TTFT_SLO
+from policies.metric_names import BUDGET_SIGNALS, BUILTIN_METRIC_NAMES, PROMPT_SPREAD, TTFT_SLO, WORK_SIGNALS
 from policies.pipeline import WorkloadDecider
 from policies.spec import (
     DURATION_SCHEMA,
@@ -190,16 +190,18 @@ class Workload(StrictModel):
     @property
     def extra_signals(self) -> tuple[str, ...]:
         """What the policy reads beyond its metrics: the TTFT quantile a learned capacity is judged by, the
-        histogram rates the error budget is counted from (those its metrics do not already read), and the prompts'
-        spread where its budget is not told it."""
+        histogram rates the error budget is counted from, the prompts' spread where its budget is not told it, and
+        with a ``utilization`` block the work's counters and queue (each only if its metrics do not already read it)."""
         names = {m.name for m in self.metrics}
         extra = [TTFT_SLO] if self.learns_capacity else []
         if self.spends_budget:
-            extra += [name for name in BUDGET_SIGNALS if name not in names]
-            budget = registry.parse_params(self.policy).model_dump()["learned_headroom"]["budget"]
-            if budget["prompt_length_sigma"] is None:
+            extra += BUDGET_SIGNALS
+            params = registry.parse_params(self.policy).model_dump()
+            if params["learned_headroom"]["budget"]["prompt_length_sigma"] is None:
                 extra.append(PROMPT_SPREAD)  # not given: read from the prompt-length histogram
-        return tuple(extra)
+            if params.get("utilization") is not None:
+                extra += WORK_SIGNALS
+        return tuple(name for name in dict.fromkeys(extra) if name not in names)
 
     @property
     def needs_capacity(self) -> bool:

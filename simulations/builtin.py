@@ -23,7 +23,9 @@ from simulations.sizing import (
     at_least_builtin,
     builtin_shares,
     headroom_scale,
+    held_decode_tokens_per_s,
     load_test_needed,
+    load_test_utilization,
     pooling_gain,
     tighter_than_reference,
 )
@@ -136,6 +138,7 @@ def with_error_budget(
     slo_ttft: float,
     slo_target: float,
     trace: Trace | None = None,
+    start: float | None = None,
 ) -> dict[str, Any]:
     """The built-in document (``builtin_document``) with the SLO it is sized for and predictive's headroom
     learned over the last hour, handed back to the configured one as the slo's error budget burns, counted with
@@ -158,8 +161,16 @@ def with_error_budget(
         "spend": True,
     }
     learned = {"budget": budget}
+    if start is None:
+        start = load_test_utilization(model, trace, slo_ttft, slo_target)
+    utilization = {
+        "start": round(start, 4),
+        "prefillTokensPerSecond": round(model.prefill_tokens_per_s, 1),
+        "decodeTokensPerSecond": round(held_decode_tokens_per_s(model, trace), 1),
+    }
     slo = {"ttftSeconds": slo_ttft, "target": slo_target}
-    changed = {**workload, "slo": workload.get("slo", slo), "policy": {**policy, "learnedHeadroom": learned}}
+    sized = {**policy, "learnedHeadroom": learned, "utilization": utilization}
+    changed = {**workload, "slo": workload.get("slo", slo), "policy": sized}
     return {**document, "workloads": [changed, *document["workloads"][1:]]}
 
 
@@ -226,7 +237,11 @@ def sized_builtin(
         pooling_gain=gain,
         replica_share=shares.replica,
     )
-    document = parse_policy_document(with_error_budget(raw, model, slo_ttft, slo_target, trace), "<built-in>")
+    note("load-testing the utilization at which a few replicas spend the budget's aim (simulations/sizing.py): ", "")
+    start = load_test_utilization(model, trace, slo_ttft, slo_target)
+    note(f"{start:.2f} of their compute", "\n")
+    sized = with_error_budget(raw, model, slo_ttft, slo_target, trace, start)
+    document = parse_policy_document(sized, "<built-in>")
     sizing: dict[str, Any] = {
         "builtin_target_shares": {
             "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
@@ -235,6 +250,7 @@ def sized_builtin(
         "builtin_replica_share": round(shares.replica, 4),
         "builtin_headroom_scale": round(scale, 4),
         "builtin_pooling_gain": gain,
+        "builtin_utilization_start": round(start, 4),
     }
     return document, sizing
 

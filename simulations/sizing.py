@@ -20,6 +20,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from policies.predictive.utilization import AIM
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, allowed_misses, run
 from simulations.traces import PrefixBlocks, Trace, sample_lengths
@@ -131,6 +132,28 @@ def sustained_rate(
         else:
             high = rate
     return low
+
+
+def held_decode_tokens_per_s(model: ReplicaModel, trace: Trace | None) -> float:
+    """A replica's generation throughput at the largest batch of the trace's mean request it holds (its
+    ``max_num_seqs``, or fewer where the KV cache runs out first): ``decodeTokensPerSecond`` of predictive's
+    ``utilization`` block."""
+    rng = np.random.default_rng(0)
+    prompt, output = (trace.prompt_tokens, trace.output_tokens) if trace is not None else sample_lengths(rng, 10_000)
+    held = model.sequences_held(float(np.mean(prompt)) + float(np.mean(output)))
+    return held / (model.weight_read_s + held / model.prefill_tokens_per_s)
+
+
+def load_test_utilization(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float) -> float:
+    """The share of their compute that ``LOAD_TEST_REPLICAS`` fixed replicas use at the largest steady rate of the
+    trace's requests whose misses spend the policy's aim of the budget (``utilization.AIM``, 85 %: 99.15 % met for a
+    99 % target), the work counted as the policy counts it (``utilization.work_in_replicas``): ``start`` of
+    predictive's ``utilization`` block, which the learner takes as already on its aim."""
+    test = LoadTest.of(model, trace)
+    rate = sustained_rate(test, model, slo_ttft, 1 - AIM * (1 - slo_target))
+    decode = held_decode_tokens_per_s(model, trace)
+    work = float(np.mean(test.prompts / model.prefill_tokens_per_s + test.outputs / decode))
+    return float(min(max(rate * work / test.fleet, 0.01), 1.0))
 
 
 def tighter_than_reference(slo_ttft: float, slo_target: float) -> bool:

@@ -32,11 +32,17 @@ def knob_variant(
     ``target`` sets the first metric's target and scales the others with it, so that, like a headroom, it
     sets the capacity asked of each replica on every signal; a target equal to the file's to the four
     decimals ``tune`` names it with keeps the file's targets (its "as given"). Every other key is a
-    parameter of the policy block: ``setpoint`` (``pid``), ``headroom``, ``maxGrowth`` (``predictive``).
+    parameter of the policy block: ``setpoint`` (``pid``), ``headroom``, ``maxGrowth`` (``predictive``, without
+    its ``utilization`` block).
     """
     knobs = {k: v for k, v in setting.items() if k != "target"}
     block = policy_block(workload, policy_type)
-    policy = with_settings(block, knobs) if policy_type == "predictive" else {**block, **knobs}
+    if policy_type == "predictive":
+        # A utilization block sizes by the work alone, which no target or headroom moves: tuning searches those
+        # (the utilization's own search is its budget's, docs/decisions/predictive-utilization.md).
+        policy = {k: v for k, v in with_settings(block, knobs).items() if k != "utilization"}
+    else:
+        policy = {**block, **knobs}
     first = workload.metrics[0].target.value
     if "target" not in setting or setting["target"] == round(first, 4):
         return policy_variant(document, workload, policy)

@@ -83,10 +83,10 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
     assert 0.01 < gain < 0.2
     runs = {r["policy"]: r for r in data["results"]}
     settings = runs["predictive"]["settings"]
-    # Where the run ended: the headroom learned over the last hour, and the share of the hour's budget spent.
-    blended, used = settings.pop("blendedHeadroom"), settings.pop("budgetUsed")
-    assert 0 <= blended <= 2 * settings["headroom"] and used >= 0
-    assert 1.0 <= settings.pop("spendingScale") <= 2.0  # how much hotter than sized the budget's loop ran it
+    # Where the run ended: the utilization the budget moved it to, and the share of the day's budget spent.
+    learned, used = settings.pop("learnedUtilization"), settings.pop("budgetUsed")
+    start = settings["utilization"]["start"]
+    assert 0.05 <= learned <= 1.0 and used >= 0 and 0.5 < start < 1.0
     assert settings == {
         "type": "predictive",
         "tolerance": 0.1,
@@ -101,7 +101,8 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
                 "spend": True,
             },  # the built-in lengths' spread
         },
-        "headroom": round(0.6 * (615 / 315) ** 0.5, 4),
+        # the load test's, at the replica's prefill and its generation at the batch of the built-in lengths it holds
+        "utilization": {"start": start, "prefillTokensPerSecond": 1000.0, "decodeTokensPerSecond": 309.3},
         "horizonSeconds": 615.0,
         "trend": {"windowSeconds": 1230.0, "maxGrowth": 0.5},
     }
@@ -265,12 +266,13 @@ def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_d
 ) -> None:
     """A file with an slo and no metrics or capacity runs exactly as the built-in workload sized for the same
     SLO does, and --write-config writes the capacity it measured, which run then takes."""
-    raw = workload_doc(slo={"ttftSeconds": 2, "target": 0.99}, minReplicas=2, maxReplicas=32)
+    # 95 %: the first half hour of the built-in day's surges, which the default meets at 97 % (not 99 %).
+    raw = workload_doc(slo={"ttftSeconds": 2, "target": 0.95}, minReplicas=2, maxReplicas=32)
     del raw["workloads"][0]["metrics"]
     config = tmp_path / "slo.yaml"
     config.write_text(yaml.safe_dump(raw))
     written = tmp_path / "written.yaml"
-    common = ["-q", "simulate", "--window", ":30m", "--cold-start", "60", "-o", "json"]
+    common = ["-q", "simulate", "--window", ":30m", "--cold-start", "60", "--slo-target", "0.95", "-o", "json"]
     assert main([*common, "--config", str(config), "--write-config", str(written)]) == 0
     given = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["results"]}
     assert main([*common, "--policy", "predictive"]) == 0

@@ -97,6 +97,28 @@ class LearnedHeadroomParams(StrictModel):
         return {**data, **unset}
 
 
+class UtilizationParams(StrictModel):
+    """Size the fleet as a follower of its work at a utilization the slo's error budget moves
+    (``policies.predictive.utilization``); off unless given. It replaces the headroom, the trend, the pooling and
+    the learned headroom's blend, and needs ``learnedHeadroom.budget`` (how the misses are counted) and an slo."""
+
+    start: float = Field(
+        gt=0,
+        le=1,
+        description="the utilization to start from: a load test's, the share of a replica's compute that a few "
+        "fixed replicas under steady traffic of these requests use while they meet the slo (simulate writes it)",
+    )
+    prefill_tokens_per_second: float = Field(
+        alias="prefillTokensPerSecond", gt=0, description="a replica's prefill throughput, prompt tokens a second"
+    )
+    decode_tokens_per_second: float = Field(
+        alias="decodeTokensPerSecond",
+        gt=0,
+        description="a replica's generation throughput, tokens a second, at the largest batch of these requests "
+        "it holds",
+    )
+
+
 MOVED_KEYS = {
     "trendWindowSeconds": "trend.windowSeconds",
     "maxGrowth": "trend.maxGrowth",
@@ -140,11 +162,21 @@ class PredictiveParams(StrictModel):
         alias="learnedHeadroom",
         description="a headroom learned from the demand's rises; off unless given",
     )
+    utilization: UtilizationParams | None = Field(
+        default=None,
+        description="size as a follower of the work at a utilization the error budget moves; off unless given",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _moved(cls, data: Any) -> Any:
         return refuse_moved(data, MOVED_KEYS)
+
+    @model_validator(mode="after")
+    def _counted(self) -> PredictiveParams:
+        if self.utilization is not None and (self.learned_headroom is None or self.learned_headroom.budget is None):
+            raise ValueError("utilization: needs learnedHeadroom.budget, by whose count of the slo's misses it moves")
+        return self
 
 
 def with_settings(block: dict[str, Any], settings: dict[str, float]) -> dict[str, Any]:

@@ -15,7 +15,14 @@ from policies.base import (
     observed_metrics,
     usable,
 )
-from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE, TTFT_SLO
+from policies.metric_names import (
+    FIRST_TOKENS_RATE,
+    GENERATION_TOKENS,
+    PROMPT_SPREAD,
+    TTFT_SECONDS_RATE,
+    TTFT_SLO,
+    WAITING,
+)
 from policies.predictive.budget import (
     BudgetLedger,
     ledger_window,
@@ -30,6 +37,7 @@ from policies.predictive.params import ErrorBudgetParams, PredictiveParams, prom
 from policies.predictive.pooling import pooled_replicas
 from policies.predictive.rises import RiseHistory
 from policies.predictive.spending import HOUR_S, SpendingLoop
+from policies.predictive.utilization import UtilizationLearner, work_in_replicas
 from policies.replica_calculator import demand_in_replicas
 from policies.threshold import tolerance_for
 
@@ -47,6 +55,7 @@ class PredictiveState:
     budget: BudgetLedger | None = None
     hour: BudgetLedger | None = None  # the last hour's count, for the spending loop's burn
     spending: SpendingLoop = field(default_factory=SpendingLoop)
+    utilization: UtilizationLearner | None = None
 
 
 class PredictivePolicy(PolicyBase):
@@ -139,21 +148,31 @@ class PredictivePolicy(PolicyBase):
 
     def resolved(self) -> dict[str, Any]:
         """The settings this policy runs with, its defaults worked out (they follow the cold start); with
-        ``learnedHeadroom``, ``headroom`` is the prior and ``blendedHeadroom`` the headroom it holds now."""
+        ``learnedHeadroom``, ``headroom`` is the prior and ``blendedHeadroom`` the headroom it holds now; with
+        ``utilization``, only what it uses, and ``learnedUtilization`` the utilization it holds now."""
         settings: dict[str, Any] = {
-            "headroom": round(self.prior_headroom, 4),
             "horizonSeconds": self.horizon,
             "trend": {"windowSeconds": self.trend_window, "maxGrowth": self.params.trend.max_growth},
         }
+        used = self.budget_used
+        if self.follows:
+            settings["learnedUtilization"] = round(self._learner().utilization, 4)  # as the budget has moved it
+            return settings if used is None else {**settings, "budgetUsed": round(used, 4)}
+        settings["headroom"] = round(self.prior_headroom, 4)
         if self.params.learned_headroom is not None:
             settings["blendedHeadroom"] = round(self.headroom, 4)  # as the history stands now
-        if (used := self.budget_used) is not None:
+        if used is not None:
             settings["budgetUsed"] = round(used, 4)
         if used is not None and self.spends:
             settings["spendingScale"] = round(self.spending_scale, 4)  # as the budget's loop holds it now
         if self.learns:
             settings["capacityFactor"] = round(self.state.capacity.factor, 4)  # as learned so far
         return settings
+
+    @property
+    def follows(self) -> bool:
+        """Whether the fleet is sized as a follower of its work (``utilization``, with an slo whose budget moves it)."""
+        return self.params.utilization is not None and self.ctx.slo is not None
 
     @property
     def history_seconds(self) -> float:
@@ -229,11 +248,60 @@ class PredictivePolicy(PolicyBase):
         misses = ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
         used = ledger.used(slo.target)
         details.update(budget_used=round(used, 4), slo_first_tokens=firsts * elapsed, slo_misses=misses)
+        if self.params.utilization is not None:
+            details["utilization"] = round(self._learner().observe(observation.now, firsts * elapsed, misses), 4)
         if budget.spend:
             hour = self.state.hour = self.state.hour or BudgetLedger(HOUR_S)
             hour.record(observation.now, firsts * elapsed, misses)
             self.state.spending.update(observation.now, used, hour.used(slo.target), ledger.span / ledger.window)
             details["spending_scale"] = round(self.state.spending.scale, 4)
+
+    def _learner(self) -> UtilizationLearner:
+        """The utilization learner for this block and slo (a reload that changes either starts a new one)."""
+        given, slo = self.params.utilization, self.ctx.slo
+        assert given is not None and slo is not None
+        learner = self.state.utilization
+        if learner is None or not learner.fits(given.start, 1 - slo.target):
+            self.state.utilization = learner = UtilizationLearner(given.start, 1 - slo.target)
+        return learner
+
+    def _follow(self, observation: Observation) -> Proposal:
+        """With ``utilization``: the work over the utilization the budget has moved
+        (``policies.predictive.utilization``), kept within ``tolerance`` as the forecast's need is."""
+        given = self.params.utilization
+        assert given is not None
+        prompt, generation = observation.value(PROMPT_TOKENS), observation.value(GENERATION_TOKENS)
+        missing = tuple(name for name, v in ((PROMPT_TOKENS, prompt), (GENERATION_TOKENS, generation)) if v is None)
+        details: dict[str, object] = {"missing": list(missing)}
+        learned = self.params.learned_headroom
+        assert learned is not None and learned.budget is not None
+        self._count_budget(observation, learned.budget, details)
+        if prompt is None or generation is None:
+            return Proposal(None, "metrics-unavailable", details, missing)
+        work = work_in_replicas(
+            prompt,
+            generation,
+            observation.value(WAITING),
+            observation.value(FIRST_TOKENS_RATE),
+            given.prefill_tokens_per_second,
+            given.decode_tokens_per_second,
+        )
+        utilization = self._learner().utilization
+        self.state.trend.update(work, observation.now, self.trend_window)
+        growth = min(self.state.trend.growth(self.horizon, self.trend_window), self.params.trend.max_growth * work)
+        need = (work + max(growth, 0.0)) / utilization
+        details.update(
+            work=work, forecast=work + growth, horizon=self.horizon, utilization=round(utilization, 4), need=need
+        )
+        return Proposal(self._within(need, observation.current_replicas), "steady", details)
+
+    def _within(self, need: float, current: int) -> int:
+        """The count for ``need``: the current one within ``tolerance`` of it, or with a rise of less than
+        ``minRiseReplicas``; else ``need`` rounded up."""
+        small_rise = self.tolerance.up > 0 and 0 < need - current < self.params.min_rise_replicas
+        if current > 0 and (self.tolerance.within(need / current) or small_rise):
+            return current
+        return math.ceil(need - 1e-9)
 
     @property
     def horizon(self) -> float:
@@ -252,6 +320,11 @@ class PredictivePolicy(PolicyBase):
             self._count_budget(observation, learned.budget, {})
 
     def recommend(self, observation: Observation) -> Proposal:
+        if self.follows:
+            proposal = self._follow(observation)
+            if proposal.replicas == observation.current_replicas:
+                return Proposal(proposal.replicas, "within-tolerance", proposal.details, proposal.missing)
+            return proposal
         current = observation.current_replicas
         present, missing = observed_metrics(self.ctx, observation)
         factor = self._learn(observation)
@@ -283,9 +356,5 @@ class PredictivePolicy(PolicyBase):
         pooling = self.params.pooling
         need = unpooled if pooling is None else pooled_replicas(unpooled, pooling.gain, pooling.replicas)
         details.update(forecast=forecast, horizon=self.horizon, headroom=headroom, need=need)
-        small_rise = self.tolerance.up > 0 and 0 < need - current < self.params.min_rise_replicas
-        if current > 0 and (self.tolerance.within(need / current) or small_rise):
-            replicas = current
-        else:
-            replicas = math.ceil(need - 1e-9)
+        replicas = self._within(need, current)
         return Proposal(replicas, "within-tolerance" if replicas == current else "steady", details, tuple(missing))
