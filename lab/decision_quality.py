@@ -63,7 +63,9 @@ CASES = (
     ),
 )
 # The generator's built-in day of surges: a stress test, reported, deciding nothing (docs/decisions/builtin-sizing.md).
-STRESS = (("the built-in synthetic day of surges (stress: decides nothing)", [], 256),)
+STRESS: tuple[tuple[str, list[str], int], ...] = (
+    ("the built-in synthetic day of surges (stress: decides nothing)", [], 256),
+)
 SHOWN = ("predictive", "keda-sum", "static-best", "reactive", "clairvoyant")
 
 

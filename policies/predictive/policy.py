@@ -191,7 +191,9 @@ class PredictivePolicy(PolicyBase):
         of first tokens, so ``autoscaler.warm_up`` reads that part so much coarser: 1,620 ticks in place of 5,760
         for an slo counted over a day with an hour's memory, the same misses counted (tests/test_warm_up.py)."""
         learned = self.params.learned_headroom
-        return self.trend_window if learned is None else max(self.trend_window, learned.memory_seconds)
+        if learned is None or self.follows:  # a follower of the work keeps no rises
+            return self.trend_window
+        return max(self.trend_window, learned.memory_seconds)
 
     # The first tokens a tick counts: at most this many intervals' (a gap is not a rate held for an hour).
     coarse_intervals: ClassVar[int] = 4
@@ -248,9 +250,9 @@ class PredictivePolicy(PolicyBase):
         misses = ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
         used = ledger.used(slo.target)
         details.update(budget_used=round(used, 4), slo_first_tokens=firsts * elapsed, slo_misses=misses)
-        if self.params.utilization is not None:
-            details["utilization"] = round(self._learner().observe(observation.now, firsts * elapsed, misses), 4)
-        if budget.spend:
+        if self.follows:  # the budget moves the utilization, and no spending loop runs beside it
+            self._learner().observe(observation.now, firsts * elapsed, misses)
+        elif budget.spend:
             hour = self.state.hour = self.state.hour or BudgetLedger(HOUR_S)
             hour.record(observation.now, firsts * elapsed, misses)
             self.state.spending.update(observation.now, used, hour.used(slo.target), ledger.span / ledger.window)
@@ -293,7 +295,9 @@ class PredictivePolicy(PolicyBase):
         details.update(
             work=work, forecast=work + growth, horizon=self.horizon, utilization=round(utilization, 4), need=need
         )
-        return Proposal(self._within(need, observation.current_replicas), "steady", details)
+        replicas = self._within(need, observation.current_replicas)
+        reason = "within-tolerance" if replicas == observation.current_replicas else "steady"
+        return Proposal(replicas, reason, details)
 
     def _within(self, need: float, current: int) -> int:
         """The count for ``need``: the current one within ``tolerance`` of it, or with a rise of less than
@@ -321,10 +325,7 @@ class PredictivePolicy(PolicyBase):
 
     def recommend(self, observation: Observation) -> Proposal:
         if self.follows:
-            proposal = self._follow(observation)
-            if proposal.replicas == observation.current_replicas:
-                return Proposal(proposal.replicas, "within-tolerance", proposal.details, proposal.missing)
-            return proposal
+            return self._follow(observation)
         current = observation.current_replicas
         present, missing = observed_metrics(self.ctx, observation)
         factor = self._learn(observation)
