@@ -168,7 +168,8 @@ def tune(
     # (the built-in day met the SLO at the default headroom, 0.6, and missed it at one tried just above):
     # tuning never reports a dearer setting than the one it was given. It runs as tuning names it, so that
     # the file ``--write-config`` writes from that name runs it again to the request.
-    doc, wl = policy_variant(document, workload, policy_block(workload, policy_type))
+    given = {k: v for k, v in policy_block(workload, policy_type).items() if k != "utilization"}  # as searched
+    doc, wl = policy_variant(document, workload, given)
     as_given = attempt(given_setting(wl, policy_type, policy_contender(doc, wl, model).settings() or {}))
     return as_given if cheaper(as_given, best) else best
 

@@ -273,8 +273,10 @@ def test_simulate_scales_the_builtin_headroom_for_the_slo_target(tmp_path: Path)
         data = json.loads(out.read_text())
         assert data["model"]["builtin_headroom_scale"] == round(headroom_scale(float(target)), 4)
         predictive = next(r for r in data["results"] if r["policy"] == "predictive")
-        headroom[target] = predictive["settings"]["headroom"]
-    assert headroom["0.99"] == pytest.approx(0.6)
+        headroom[target] = predictive["settings"].get("headroom")
+    # At 99 % the block leaves the headroom to the policy's default; the follower of the work it now runs with
+    # uses none, so only what --tune searches from is written (docs/decisions/predictive-utilization.md).
+    assert headroom["0.99"] is None
     assert headroom["0.999"] == pytest.approx(0.6 * headroom_scale(0.999), abs=1e-4)
 
 
