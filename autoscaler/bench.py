@@ -168,10 +168,14 @@ def _slo_written(document: dict[str, Any]) -> dict[str, Any]:
     for a file given only an slo (``builtin.with_error_budget``, the built-in replica at 2 s and 99 %)."""
     from simulations.builtin import with_error_budget
     from simulations.replica_model import ReplicaModel
+    from simulations.sizing import load_test_utilization
 
     model = ReplicaModel()
+    start = load_test_utilization(model, None, 2.0, 0.99)  # once: it is a load test of seconds
     workloads = [
-        with_error_budget({"workloads": [{**w, "policy": {"type": "predictive"}}]}, model, 2.0, 0.99)["workloads"][0]
+        with_error_budget({"workloads": [{**w, "policy": {"type": "predictive"}}]}, model, 2.0, 0.99, start=start)[
+            "workloads"
+        ][0]
         for w in document["workloads"]
     ]
     return {**document, "workloads": workloads}
