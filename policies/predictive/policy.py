@@ -289,15 +289,20 @@ class PredictivePolicy(PolicyBase):
             given.decode_tokens_per_second,
         )
         utilization = self._learner().utilization
-        self.state.trend.update(work, observation.now, self.trend_window)
-        growth = min(self.state.trend.growth(self.horizon, self.trend_window), self.params.trend.max_growth * work)
-        need = (work + max(growth, 0.0)) / utilization
+        growth = self._growth(work, observation.now)
+        need = (work + growth) / utilization
         details.update(
             work=work, forecast=work + growth, horizon=self.horizon, utilization=round(utilization, 4), need=need
         )
         replicas = self._within(need, observation.current_replicas)
         reason = "within-tolerance" if replicas == observation.current_replicas else "steady"
         return Proposal(replicas, reason, details)
+
+    def _growth(self, demand: float, now: float) -> float:
+        """Add ``demand`` to the trend and return the rise it extrapolates over the horizon (never negative), at most
+        ``trend.maxGrowth`` times ``demand``: what both sizings, the forecast's and the follower's, add."""
+        self.state.trend.update(demand, now, self.trend_window)
+        return min(self.state.trend.growth(self.horizon, self.trend_window), self.params.trend.max_growth * demand)
 
     def _within(self, need: float, current: int) -> int:
         """The count for ``need``: the current one within ``tolerance`` of it, or with a rise of less than
@@ -341,7 +346,7 @@ class PredictivePolicy(PolicyBase):
         if not demands:
             return Proposal(None, "metrics-unavailable", details, tuple(missing))
         demand = max(demands.values())
-        self.state.trend.update(demand, observation.now, self.trend_window)
+        growth = self._growth(demand, observation.now)
         if (learned := self.params.learned_headroom) is not None:
             rises = self.state.rises
             if rises is None or not rises.fits(self.horizon, learned.memory_seconds):
@@ -349,7 +354,6 @@ class PredictivePolicy(PolicyBase):
             rises.update(demand, observation.now)
             if learned.budget is not None:
                 self._count_budget(observation, learned.budget, details)
-        growth = min(self.state.trend.growth(self.horizon, self.trend_window), self.params.trend.max_growth * demand)
         forecast = demand + growth
         headroom = self.headroom
         unpooled = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)

@@ -83,7 +83,7 @@ class UtilizationLearner:
         as its traffic is counted, and a calm first hour has earned an hour's, not a day's). Cooler it may go at
         once."""
         earned = 0.0 if self.first is None else min((now - self.first) / MEMORY_S, 1.0)
-        return max(self.start, self.start + (MOST - self.start) * earned)
+        return self.start + (MOST - self.start) * earned
 
     def __post_init__(self) -> None:
         if not self.utilization:
