@@ -58,6 +58,11 @@ SERVING_MODE_FIELDS = ("routing", "prefix_caching", "step_s")
 SERVING_FIELDS = (*CAPACITY_FIELDS, *SERVING_MODE_FIELDS)
 
 
+def request_lengths(trace: Trace | None, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The prompt and output lengths a load test draws from: the trace's, or 10,000 of the built-in distribution."""
+    return (trace.prompt_tokens, trace.output_tokens) if trace is not None else sample_lengths(rng, 10_000)
+
+
 @dataclass(frozen=True)
 class LoadTest:
     """Steady Poisson arrivals of a trace's requests for ``LOAD_TEST_REPLICAS`` fixed replicas over
@@ -80,9 +85,7 @@ class LoadTest:
         serve: none prefills faster than its throughput, nor finishes more sequences than it holds decoding
         at their fastest (batch 1)."""
         rng = np.random.default_rng(0)
-        prompt, output = (
-            (trace.prompt_tokens, trace.output_tokens) if trace is not None else sample_lengths(rng, 10_000)
-        )
+        prompt, output = request_lengths(trace, rng)
         mean_prompt, mean_output = max(float(np.mean(prompt)), 1.0), max(float(np.mean(output)), 1.0)
         holds = model.sequences_held(mean_prompt + mean_output)
         per_replica = min(model.prefill_tokens_per_s / mean_prompt, holds * model.decode_tokens_per_s / mean_output)
@@ -138,8 +141,7 @@ def held_decode_tokens_per_s(model: ReplicaModel, trace: Trace | None) -> float:
     """A replica's generation throughput at the largest batch of the trace's mean request it holds (its
     ``max_num_seqs``, or fewer where the KV cache runs out first): ``decodeTokensPerSecond`` of predictive's
     ``utilization`` block."""
-    rng = np.random.default_rng(0)
-    prompt, output = (trace.prompt_tokens, trace.output_tokens) if trace is not None else sample_lengths(rng, 10_000)
+    prompt, output = request_lengths(trace, np.random.default_rng(0))  # the load test's, drawn alike
     held = model.sequences_held(float(np.mean(prompt)) + float(np.mean(output)))
     return held / (model.weight_read_s + held / model.prefill_tokens_per_s)
 
