@@ -36,13 +36,8 @@ def knob_variant(
     its ``utilization`` block).
     """
     knobs = {k: v for k, v in setting.items() if k != "target"}
-    block = policy_block(workload, policy_type)
-    if policy_type == "predictive":
-        # A utilization block sizes by the work alone, which no target or headroom moves: tuning searches those
-        # (the utilization's own search is its budget's, docs/decisions/predictive-utilization.md).
-        policy = {k: v for k, v in with_settings(block, knobs).items() if k != "utilization"}
-    else:
-        policy = {**block, **knobs}
+    block = searched_block(workload, policy_type)
+    policy = with_settings(block, knobs) if policy_type == "predictive" else {**block, **knobs}
     first = workload.metrics[0].target.value
     if "target" not in setting or setting["target"] == round(first, 4):
         return policy_variant(document, workload, policy)
@@ -168,13 +163,19 @@ def tune(
     # (the built-in day met the SLO at the default headroom, 0.6, and missed it at one tried just above):
     # tuning never reports a dearer setting than the one it was given. It runs as tuning names it, so that
     # the file ``--write-config`` writes from that name runs it again to the request.
-    given = {k: v for k, v in policy_block(workload, policy_type).items() if k != "utilization"}  # as searched
-    doc, wl = policy_variant(document, workload, given)
+    doc, wl = policy_variant(document, workload, searched_block(workload, policy_type))
     as_given = attempt(given_setting(wl, policy_type, policy_contender(doc, wl, model).settings() or {}))
     return as_given if cheaper(as_given, best) else best
 
 
 Attempt = Callable[..., RunResult]
+
+
+def searched_block(workload: Workload, policy_type: str) -> dict[str, Any]:
+    """The block tuning searches from: the file's own (``policy_block``), predictive's without its ``utilization``
+    block, which sizes by the work alone, so no target or headroom moves it (the utilization's own search is its
+    budget's, docs/decisions/predictive-utilization.md)."""
+    return {k: v for k, v in policy_block(workload, policy_type).items() if k != "utilization"}
 
 
 def _tune_predictive(
