@@ -77,6 +77,10 @@ class UtilizationLearner:
     misses: array[float] = field(default_factory=lambda: array("d", [0.0] * SLOTS))
     exposure: array[float] = field(default_factory=lambda: array("d", [0.0] * SLOTS))
     first: float | None = None  # the first tick counted: what the budget has been earned over
+    # The other slots' sums within the day, worked out once an hour: a tick adds its own slot alone.
+    _summed_for: int = -1
+    _other_misses: float = 0.0
+    _other_exposure: float = 0.0
 
     def most(self, now: float) -> float:
         """The hottest the learner may run: from ``start`` toward ``MOST`` as a day is counted (a budget is earned
@@ -101,10 +105,14 @@ class UtilizationLearner:
             self.hours[slot], self.misses[slot], self.exposure[slot] = hour, 0.0, 0.0
         self.misses[slot] += misses
         self.exposure[slot] += first_tokens * self.utilization**ELASTICITY
-        recent = [i for i in range(SLOTS) if self.hours[i] > hour - SLOTS]
+        if self._summed_for != hour:
+            others = [i for i in range(SLOTS) if i != slot and self.hours[i] > hour - SLOTS]
+            self._other_misses = sum(self.misses[i] for i in others)
+            self._other_exposure = sum(self.exposure[i] for i in others)
+            self._summed_for = hour
         prior = PRIOR_MISSES / self.allowed  # first tokens
-        missed = sum(self.misses[i] for i in recent) + AIM * self.allowed * prior  # the start is on the aim
-        exposure = sum(self.exposure[i] for i in recent) + prior * self.start**ELASTICITY
+        missed = self._other_misses + self.misses[slot] + AIM * self.allowed * prior  # the start is on the aim
+        exposure = self._other_exposure + self.exposure[slot] + prior * self.start**ELASTICITY
         share_at_one = missed / exposure  # ``a`` in ``share = a * u ** ELASTICITY``
         best = (AIM * self.allowed / share_at_one) ** (1 / ELASTICITY)
         if self.first is None:
