@@ -12,6 +12,7 @@ from policies.base import (
     PolicyBase,
     Proposal,
     WorkloadContext,
+    metric_value,
     observed_metrics,
     usable,
 )
@@ -223,9 +224,12 @@ class PredictivePolicy(PolicyBase):
         )
         return self.state.capacity.factor
 
-    def _count_budget(self, observation: Observation, budget: ErrorBudgetParams, details: dict[str, object]) -> None:
+    def _count_budget(
+        self, observation: Observation, budget: ErrorBudgetParams, details: dict[str, object] | None
+    ) -> None:
         """Add this tick's first tokens and estimated misses to the ledger: the last minute's rates over the time
-        since the last tick (at most four intervals: a gap is not a minute's rate held for an hour)."""
+        since the last tick (at most four intervals: a gap is not a minute's rate held for an hour). ``details``,
+        the decision's, is given the count; ``None`` when catching up, whose proposal nobody reads."""
         slo = self.ctx.slo
         if slo is None:
             return
@@ -248,15 +252,19 @@ class PredictivePolicy(PolicyBase):
             else min(observation.now - last, self.coarse_intervals * self.ctx.interval)
         )
         misses = ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
-        used = ledger.used(slo.target)
-        details.update(budget_used=round(used, 4), slo_first_tokens=firsts * elapsed, slo_misses=misses)
+        if details is not None:
+            details.update(
+                budget_used=round(ledger.used(slo.target), 4), slo_first_tokens=firsts * elapsed, slo_misses=misses
+            )
         if self.follows:  # the budget moves the utilization, and no spending loop runs beside it
             self._learner().observe(observation.now, firsts * elapsed, misses)
         elif budget.spend:
             hour = self.state.hour = self.state.hour or BudgetLedger(HOUR_S)
             hour.record(observation.now, firsts * elapsed, misses)
+            used = ledger.used(slo.target)
             self.state.spending.update(observation.now, used, hour.used(slo.target), ledger.span / ledger.window)
-            details["spending_scale"] = round(self.state.spending.scale, 4)
+            if details is not None:
+                details["spending_scale"] = round(self.state.spending.scale, 4)
 
     def _learner(self) -> UtilizationLearner:
         """The utilization learner for this block and slo (a reload that changes either starts a new one)."""
@@ -322,11 +330,15 @@ class PredictivePolicy(PolicyBase):
         """A tick older than ``detail_seconds``: what reaches back that far, the learned capacity and the budget's
         ledger (and its loop), as ``recommend`` would move them. The trend and the rises would forget it before the
         first decision; skipping them takes a day's replay from 62 to about 24 ms a workload (``autoscaler.bench``)."""
-        present, _ = observed_metrics(self.ctx, observation)
         self._learn(observation)
         learned = self.params.learned_headroom
-        if present and learned is not None and learned.budget is not None:
-            self._count_budget(observation, learned.budget, {})
+        if learned is not None and learned.budget is not None and self._any_metric(observation):
+            self._count_budget(observation, learned.budget, None)
+
+    def _any_metric(self, observation: Observation) -> bool:
+        """Whether any of the workload's metrics has a value this tick (``observed_metrics``'s ``present``, without
+        the lists: a day's catch-up asks it at every tick)."""
+        return any(metric_value(spec, observation) is not None for spec in self.ctx.metrics)
 
     def recommend(self, observation: Observation) -> Proposal:
         if self.follows:
