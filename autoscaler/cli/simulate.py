@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from policies.policy_file import (
+    PolicyFile,
     PolicyFileError,
 )
 from policies.registry import policy_class
 
 if TYPE_CHECKING:
-    from simulations.request import Simulation
+    from simulations.request import Simulation, SimulationRequest
 
 from autoscaler.cli.common import (
     EXIT_BAD_INPUT,
@@ -51,7 +52,7 @@ class _StderrNote:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Parse into a ``SimulationRequest``, call the simulator's front door (``simulations.request.simulate``),
     print its report and write the files asked for."""
-    from simulations.request import SimulationRequest, simulate
+    from simulations.request import simulate
     from simulations.traces import TraceError
 
     document = None
@@ -63,7 +64,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             print(f"vllm-autoscaler: simulating the first workload, {document.workloads[0].key}", file=sys.stderr)
     if (refused := _refused(args)) is not None:
         return refused
-    request = SimulationRequest(
+    request = simulation_request(args, document)
+    try:
+        done = simulate(request, _StderrNote(), progress=not QUIET["on"])
+    except BrokenProcessPool:
+        _error("a simulation worker process died (killed, perhaps for memory); nothing was written")
+        return EXIT_FAILED
+    except (TraceError, ValueError, KeyError, PolicyFileError) as exc:
+        _error(exc.args[0] if isinstance(exc, KeyError) else str(exc))
+        return EXIT_BAD_INPUT
+    return _emit(args, done)
+
+
+def simulation_request(args: argparse.Namespace, document: PolicyFile | None) -> SimulationRequest:
+    """The ``SimulationRequest`` that ``simulate``'s parsed arguments ask for (the lab builds its runs by it)."""
+    from simulations.request import SimulationRequest
+
+    return SimulationRequest(
         document=document,
         trace=args.trace,
         trace_format=args.format,
@@ -81,15 +98,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         tune=args.tune,
         jobs=args.jobs,
     )
-    try:
-        done = simulate(request, _StderrNote(), progress=not QUIET["on"])
-    except BrokenProcessPool:
-        _error("a simulation worker process died (killed, perhaps for memory); nothing was written")
-        return EXIT_FAILED
-    except (TraceError, ValueError, KeyError, PolicyFileError) as exc:
-        _error(exc.args[0] if isinstance(exc, KeyError) else str(exc))
-        return EXIT_BAD_INPUT
-    return _emit(args, done)
 
 
 def _refused(args: argparse.Namespace) -> int | None:
