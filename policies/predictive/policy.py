@@ -329,7 +329,8 @@ class PredictivePolicy(PolicyBase):
     def catch_up(self, observation: Observation) -> None:
         """A tick older than ``detail_seconds``: what reaches back that far, the learned capacity and the budget's
         ledger (and its loop), as ``recommend`` would move them. The trend and the rises would forget it before the
-        first decision; skipping them takes a day's replay from 62 to about 24 ms a workload (``autoscaler.bench``)."""
+        first decision; skipping them took a day's replay from 62 to 24 ms a workload, and the count without the
+        details nobody reads to 16 (``autoscaler.bench``, docs/decisions/daemon-scale.md)."""
         self._learn(observation)
         learned = self.params.learned_headroom
         if learned is not None and learned.budget is not None and self._any_metric(observation):
