@@ -33,10 +33,10 @@ def knob_variant(
     sets the capacity asked of each replica on every signal; a target equal to the file's to the four
     decimals ``tune`` names it with keeps the file's targets (its "as given"). Every other key is a
     parameter of the policy block: ``setpoint`` (``pid``), ``headroom``, ``maxGrowth`` (``predictive``, without
-    its ``utilization`` block).
+    its ``utilization`` block), or ``utilizationStart`` (``predictive`` with it, the block's ``start``).
     """
     knobs = {k: v for k, v in setting.items() if k != "target"}
-    block = searched_block(workload, policy_type)
+    block = policy_block(workload, policy_type) if FOLLOWER_KNOB in setting else searched_block(workload, policy_type)
     policy = with_settings(block, knobs) if policy_type == "predictive" else {**block, **knobs}
     first = workload.metrics[0].target.value
     if "target" not in setting or setting["target"] == round(first, 4):
@@ -121,6 +121,10 @@ def tune(
     that meets that fleet waits a cold start for the difference (an H100-like replica on the built-in day's shape at
     16 requests/s: at threshold's tuned capacity the hold missed the SLO, 0.958, where threshold met it, 0.9995).
 
+    With a ``utilization`` block (the follower of its work), its ``start`` is searched first (``utilizationStart``,
+    from ``LEAST_START`` to 1), the budget moving it from there in every run, and the start as given is run too;
+    the classic search runs beside it, and the cheaper that meets the SLO is kept.
+
     Last, the policy runs as the file sets it, kept if it meets the SLO for less than every setting tried.
     """
     first = workload.metrics[0].target.value
@@ -129,6 +133,7 @@ def tune(
         "headroom": (math.log(8.0), math.log(0.25)),
         "target": (math.log(first / 8.0), math.log(first * 4.0)),
         "setpoint": (math.log(first / 8.0), math.log(first * 4.0)),
+        FOLLOWER_KNOB: (math.log(LEAST_START), 0.0),  # a tenth of a replica's compute, to all of it
     }
 
     def value(knob: str, x: float) -> float:
@@ -169,6 +174,8 @@ def tune(
 
 
 Attempt = Callable[..., RunResult]
+FOLLOWER_KNOB = "utilizationStart"
+LEAST_START = 0.1
 
 
 def searched_block(workload: Workload, policy_type: str) -> dict[str, Any]:
@@ -193,6 +200,12 @@ def _tune_predictive(
     if params.tolerance != threshold.tolerance:
         as_threshold["tolerance"] = threshold.tolerance  # and threshold's band, or its decisions are another's
     candidates: list[tuple[dict[str, float], RunResult]] = []
+    if params.utilization is not None:
+        # The follower of the work, as the file runs it: its start searched, its budget moving it from there
+        # (docs/decisions/predictive-utilization.md); the classic sizing below is searched beside it.
+        candidates.append(search(FOLLOWER_KNOB, {}))
+        given = {FOLLOWER_KNOB: params.utilization.start}
+        candidates.append((given, attempt(given)))
     if params.pooling is not None:
         # Pooling sizes a large fleet below its targets, which no target of threshold's does.
         candidates.append(search("headroom", extras_off))
@@ -203,6 +216,8 @@ def _tune_predictive(
     for other_setting, other in candidates[1:]:
         if cheaper(other, best):
             setting, best = other_setting, other
+    if FOLLOWER_KNOB in setting:  # the trend and the hold are the follower's own, as the file sets them
+        return best
     for extra in ({"maxGrowth": params.trend.max_growth}, {"minRiseReplicas": params.min_rise_replicas}):
         tried = {**setting, **extra}
         if tried != setting:

@@ -318,3 +318,63 @@ def test_a_tuned_target_scales_the_capacity_a_workload_gives_in_place_of_metrics
     assert tuned.capacity.waiting_requests == 1.6
     assert [m.target.value for m in tuned.metrics] == [400.0, 8.8, 1.6]
     assert "metrics" not in tuned.model_dump(by_alias=True)
+
+
+def _follower_document(model: ReplicaModel, start: float) -> Any:
+    """The built-in document as a file given only an slo is written: predictive following its work from
+    ``start`` (``builtin.with_error_budget``)."""
+    from policies.policy_file import parse_policy_document
+    from simulations.builtin import builtin_document, with_error_budget
+
+    raw = with_error_budget(builtin_document(model), model, 2.0, 0.99, start=start)
+    return parse_policy_document(raw, "<test>")
+
+
+def test_a_tuned_start_keeps_the_follower_and_moves_its_start_alone() -> None:
+    from simulations.tuning import knob_variant
+
+    model = ReplicaModel(cold_start_s=60)
+    document = _follower_document(model, 0.7)
+    workload = document.workloads[0]
+    _, tuned = knob_variant(document, workload, "predictive", {"utilizationStart": 0.45})
+    assert tuned.policy["utilization"] == {**workload.policy["utilization"], "start": 0.45}
+    assert {k: v for k, v in tuned.policy.items() if k != "utilization"} == {
+        k: v for k, v in workload.policy.items() if k != "utilization"
+    }
+    assert tuned.metrics == workload.metrics
+    _, classic = knob_variant(document, workload, "predictive", {"headroom": 0.2})
+    assert "utilization" not in classic.policy and classic.policy["headroom"] == 0.2
+
+
+def test_tuning_a_follower_searches_its_start_with_its_budget_on_and_never_reports_a_dearer_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A file whose predictive follows its work: tuning searches the start, each run following from it (the
+    budget moving it), beside the classic sizing's search; the result meets the SLO and costs no more than the
+    follower as given where that meets it."""
+    from policies.predictive import PredictivePolicy
+    from simulations.tuning import FOLLOWER_KNOB, tune
+
+    model = ReplicaModel(cold_start_s=120)
+    trace = synthetic_day(seed=4, mean_rps=1.5, hours=0.5, bursts=2)
+    document = _follower_document(model, 0.9)  # too hot for these bursts: the search must find a cooler one
+    starts: dict[float, RunResult] = {}
+
+    def seen(contender: Contender, result: RunResult) -> None:
+        policy = contender.decider.policy if contender.decider is not None else None
+        if FOLLOWER_KNOB in (contender.tuned or {}):
+            assert isinstance(policy, PredictivePolicy) and policy.follows
+            start = (contender.tuned or {})[FOLLOWER_KNOB]
+            assert policy.params.utilization is not None and policy.params.utilization.start == start
+            starts[start] = result
+        else:
+            assert isinstance(policy, PredictivePolicy) and not policy.follows
+
+    _watch_tuning_runs(monkeypatch, seen)
+    best = tune(trace, model, document, document.workloads[0], "predictive", 6, 2.0, 0.99, lambda _: None)
+    assert 0.9 in starts and 1.0 in starts and len(starts) >= 5
+    assert best.meets(0.99)
+    if starts[0.9].meets(0.99):
+        assert best.gpu_hours <= starts[0.9].gpu_hours + 1e-9
+    meeting = [r.gpu_hours for r in starts.values() if r.meets(0.99)]
+    assert meeting and best.gpu_hours <= min(meeting) + 1e-9

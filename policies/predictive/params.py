@@ -181,8 +181,12 @@ class PredictiveParams(StrictModel):
 
 def with_settings(block: dict[str, Any], settings: dict[str, float]) -> dict[str, Any]:
     """A policy block with ``tune``'s settings applied, as ``tune`` names them: ``maxGrowth`` sets the trend's,
-    ``poolingGain`` the pooling's (0 turns it off); any other key is a top-level one."""
-    out = {**block, **{k: v for k, v in settings.items() if k not in ("maxGrowth", "poolingGain")}}
+    ``poolingGain`` the pooling's (0 turns it off), ``utilizationStart`` the ``utilization`` block's ``start``; any
+    other key is a top-level one."""
+    nested = ("maxGrowth", "poolingGain", "utilizationStart")
+    out = {**block, **{k: v for k, v in settings.items() if k not in nested}}
+    if "utilizationStart" in settings:
+        out["utilization"] = {**out["utilization"], "start": settings["utilizationStart"]}
     if "maxGrowth" in settings:
         out["trend"] = {**out.get("trend", {}), "maxGrowth": settings["maxGrowth"]}
     if "poolingGain" in settings:
