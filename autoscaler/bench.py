@@ -523,9 +523,10 @@ class _History:
 def bench_warm_up(seed: int, fleet: int = 1000) -> dict[str, Any]:
     """``warm_up_s``: one workload's warm-up (``autoscaler.warm_up``) of the policy ``simulate --write-config``
     writes for a file given only an slo (``_slo_written``): a day of history, the window its error budget is
-    counted over (the slo's, a day at least), the rises' hour read finer, as the warm-up reads it (``spans``) and
-    replayed through ``predictive``. ``warm_up_fleet_s``: the same for ``fleet`` workloads a hundred to a
-    namespace, read by series and namespaces (``FleetHistory``), in ``warm_up_fleet_queries`` range queries.
+    counted over (the slo's, a day at least), its ``detail_seconds`` (the trend's window) read finer, as the
+    warm-up reads it (``spans``), and replayed through ``predictive``. ``warm_up_fleet_s``: the same for
+    ``fleet`` workloads a hundred to a namespace, read by series and namespaces (``FleetHistory``), in
+    ``warm_up_fleet_queries`` range queries.
     Prometheus's answers are stubbed, so it is the daemon's CPU alone, what a starting daemon spends before its
     first tick's decisions."""
     from autoscaler.warm_up import FleetHistory, warm_up
