@@ -54,11 +54,15 @@ def measure(case: tuple[str, list[str], int]) -> tuple[str, list[str]]:
     assert policy.state.budget is not None and policy.state.utilization is not None
     misses, utilization = policy.state.budget.misses, policy.state.utilization.utilization
     cells = [f"{misses:,.0f} / {utilization:.3f}"]
+    default = PredictivePolicy.coarse_intervals
     for k in EVERY:
         replayed = _policy(policy_contender(document, workload, model))
-        type(replayed).coarse_intervals = k  # the warm-up's step and the count's cap move together
-        for tick in ticks[k - 1 :: k]:
-            replayed.catch_up(tick)
+        PredictivePolicy.coarse_intervals = k  # the warm-up's step and the count's cap move together
+        try:
+            for tick in ticks[k - 1 :: k]:
+                replayed.catch_up(tick)
+        finally:  # a worker's next case runs live with the policy's own cap
+            PredictivePolicy.coarse_intervals = default
         assert replayed.state.budget is not None and replayed.state.utilization is not None
         counted, learned = replayed.state.budget.misses, replayed.state.utilization.utilization
         cells.append(f"{counted / misses - 1:+.0%} / {learned / utilization - 1:+.1%}")
