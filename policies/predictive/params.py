@@ -99,8 +99,9 @@ class LearnedHeadroomParams(StrictModel):
 
 class UtilizationParams(StrictModel):
     """Size the fleet as a follower of its work at a utilization the slo's error budget moves
-    (``policies.predictive.utilization``); off unless given. It replaces the headroom, the trend, the pooling and
-    the learned headroom's blend, and needs ``learnedHeadroom.budget`` (how the misses are counted) and an slo."""
+    (``policies.predictive.utilization``); off unless given. It replaces the targets, the headroom, the pooling, the
+    learned headroom's blend and the spending loop (the trend and the tolerance still apply), and needs
+    ``learnedHeadroom.budget`` (how the misses are counted) and an slo."""
 
     start: float = Field(
         gt=0,
