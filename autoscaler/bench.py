@@ -30,6 +30,8 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
   written with (``bench_warm_up``), what a starting daemon spends per such workload before its first decision;
   ``warm_up_fleet_s`` the same for a thousand such workloads, a hundred to a namespace, read by series and
   namespaces in ``warm_up_fleet_queries`` range queries (``FleetHistory``), Prometheus's answers stubbed.
+* ``range_parse_*``: the memory and time one range query's answer of a thousand workloads' 23 hours takes while
+  it is read, in bytes a point, beside the client's own ``custom_query_range`` (``bench_range_parse``).
 """
 
 from __future__ import annotations
@@ -559,6 +561,73 @@ def bench_warm_up(seed: int, fleet: int = 1000) -> dict[str, Any]:
     }
 
 
+def bench_range_parse(series: int = 1000, points: int = 1380) -> dict[str, Any]:
+    """``range_parse_*``: the memory a range query's answer takes while the daemon reads it, in bytes a point,
+    and its time: ``series`` workloads' 23 hours a minute apart (the warm-up's coarse part), Prometheus's own
+    format (whole-second stamps, shortest-repr rates), served by a local HTTP server and read through
+    ``PrometheusSource.query_ranges`` (``_client``: the client's ``custom_query_range``, its whole answer parsed at
+    once). ``warm_up.BATCH_POINTS`` is set from it. The time of one read, then tracemalloc's peak over another, over
+    the answer's points."""
+    import threading
+    import tracemalloc
+    from datetime import UTC, datetime
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from autoscaler.metrics.prometheus import PrometheusSource
+    from policies.policy_file import PrometheusConfig
+
+    rng = random.Random(1)
+    result = [
+        {
+            "metric": {"namespace": f"llm-{i // 100:03d}", "owner": f"vllm-model-{i}"},
+            "values": [[1_733_400_000 + 60 * j, repr(rng.uniform(0, 3000) / 7)] for j in range(points)],
+        }
+        for i in range(series)
+    ]
+    answer = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    body = json.dumps(answer, separators=(",", ":")).encode()
+    del answer, result
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    source = PrometheusSource(PrometheusConfig(url=f"http://127.0.0.1:{server.server_address[1]}", timeout=60))
+    total = series * points
+    reads: dict[str, Callable[[], object]] = {
+        "": lambda: source.query_ranges("q", 0, 1, 60),
+        "_client": lambda: source.client.custom_query_range(
+            "q", datetime.fromtimestamp(0, UTC), datetime.fromtimestamp(1, UTC), "60s"
+        ),
+    }
+    figures: dict[str, Any] = {"range_answer_bytes_per_point": round(len(body) / total, 1)}
+    try:
+        for suffix, read in reads.items():
+            started = time.perf_counter()
+            read()
+            figures[f"range_parse_s_per_million_points{suffix}"] = round(
+                (time.perf_counter() - started) * 1e6 / total, 2
+            )
+            tracemalloc.start()
+            kept = read()
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            del kept
+            figures[f"range_parse_bytes_per_point{suffix}"] = round(peak / total, 1)
+    finally:
+        server.shutdown()
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m autoscaler.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", type=int, default=1000)
@@ -578,6 +647,7 @@ def main() -> int:
         if "pipeline" not in args.skip:
             out.update(bench_pipeline(args.seed))
             out.update(bench_warm_up(args.seed))
+            out.update(bench_range_parse())
         runs: dict[str, Callable[[Path, KubeServer], dict[str, Any]]] = {
             "tick": lambda folder, kube: bench_tick(args.workloads, folder, kube),
             "reaction": lambda folder, kube: bench_reaction(folder, args.trials, args.seed, kube),

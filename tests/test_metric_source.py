@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.metrics.prometheus import PrometheusSource
+from autoscaler.metrics.prometheus import PrometheusSource, parse_matrix
 from autoscaler.metrics.queries import default_query, metric_queries, promql_string, regex_literal, replicas_query
 from autoscaler.metrics.source import Failure
+from policies.base import usable
 from policies.policy_file import PrometheusConfig, parse_policy_document
 from tests.helpers import workload_doc
 
@@ -28,11 +29,13 @@ class FakePrometheus:
         self.delay = 0.0
         self.raw: bytes | None = None  # a body that is not JSON, sent as is
         self.headers: list[str | None] = []
+        self.paths: list[str] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 fake.headers.append(self.headers.get("Authorization"))
+                fake.paths.append(self.path)
                 time.sleep(fake.delay)
                 status, body = fake.answer
                 data = fake.raw if fake.raw is not None else json.dumps(body).encode()
@@ -257,3 +260,89 @@ def test_a_pod_name_that_reads_both_ways_belongs_to_both() -> None:
     assert pod_owners("vllm-5d8f7c6b9-x7k2p") == [(False, "vllm")]
     assert pod_owners("vllm-3") == [(True, "vllm")]
     assert pod_owners("vllm") == []
+
+
+def _matrix(*series: tuple[dict[str, str], list[tuple[float, str]]]) -> dict[str, Any]:
+    result = [{"metric": labels, "values": [[t, v] for t, v in values]} for labels, values in series]
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (json.dumps(_matrix()), []),
+        (
+            json.dumps(_matrix(({"pod": "a"}, [(1, "2"), (2, "NaN"), (3, "+Inf"), (4, "1e306"), (5, "3.5")]))),
+            [({"pod": "a"}, [1.0, 5.0], [2.0, 3.5])],
+        ),
+        # A label naming the result list, text past ASCII, the answer indented: the list is found where it opens.
+        (
+            json.dumps(_matrix(({"q": '"result":[', "ns": "ünï"}, [(1, "1")]), ({}, [(2, "2")])), indent=2),
+            [({"q": '"result":[', "ns": "ünï"}, [1.0], [1.0]), ({}, [2.0], [2.0])],
+        ),
+        (json.dumps(_matrix()) + "\n", []),
+    ],
+)
+def test_a_range_answer_is_parsed_series_by_series(body: str, expected: list[Any]) -> None:
+    parsed = [(s.labels, list(s.stamps), list(s.values)) for s in parse_matrix(body)]
+    assert parsed == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>502 Bad Gateway</html>",
+        b'{"status":"error","errorType":"bad_data","error":"the result is unknown"}',
+        json.dumps(_matrix(({"pod": "a"}, [(1, "1")]))).encode()[:-12],  # cut short
+        b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"x"]]}]}}',
+        b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{}}]}}',
+    ],
+)
+def test_what_is_not_a_range_answer_raises(body: bytes) -> None:
+    with pytest.raises((ValueError, KeyError)):
+        parse_matrix(body.decode("utf-8"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.dictionaries(st.text(max_size=8), st.text(max_size=12), max_size=3),
+            st.lists(st.tuples(st.integers(0, 2**31), st.floats(allow_nan=True, allow_infinity=True)), max_size=6),
+        ),
+        max_size=4,
+    ),
+    st.sampled_from([None, 1]),
+)
+def test_the_lean_parse_equals_the_whole_answers(series: list[Any], indent: int | None) -> None:
+    """``parse_matrix`` equals reading the whole answer with ``json.loads``, for any labels and values."""
+    answer = _matrix(*((labels, [(t, repr(v)) for t, v in values]) for labels, values in series))
+    whole = [
+        (item["metric"], [float(t) for t, v in item["values"] if usable(float(v))])
+        for item in json.loads(json.dumps(answer))["data"]["result"]
+    ]
+    lean = [(s.labels, list(s.stamps)) for s in parse_matrix(json.dumps(answer, indent=indent))]
+    assert lean == whole
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "failure", "detail"),
+    [
+        (200, json.dumps(_matrix(({"pod": "a"}, [(1, "4")]))).encode(), None, ""),
+        (200, json.dumps(_matrix()).encode(), Failure.EMPTY, "no series"),
+        (
+            422,
+            b'{"status":"error","error":"query processing would load too many samples"}',
+            Failure.HTTP_ERROR,
+            "too many samples",
+        ),
+        (200, b"<html>proxy</html>", Failure.BAD_RESPONSE, "not Prometheus's JSON"),
+        (200, b"\xff\xfe", Failure.BAD_RESPONSE, "not Prometheus's JSON"),
+    ],
+)
+def test_range_answers(fake: FakePrometheus, status: int, body: bytes, failure: Failure | None, detail: str) -> None:
+    fake.raw, fake.answer = body, (status, {})
+    answer = _source(fake.url).query_ranges("q", 0.4, 120.6, 15)
+    assert answer.failure == failure and detail in answer.detail
+    assert [list(s.values) for s in answer.series] == ([[4.0]] if failure is None else [])
+    assert fake.paths[-1].startswith("/api/v1/query_range?") and "start=0&end=121&step=15s" in fake.paths[-1]

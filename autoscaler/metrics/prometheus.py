@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
 from array import array
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -146,30 +147,36 @@ class PrometheusSource:
         return {q: self.query_one(q, now) for q in dict.fromkeys(queries)}
 
     def query_ranges(self, query: str, start: float, end: float, step: float) -> RangeVector:
-        data, failure, detail, _ = self._request(
-            lambda: self.client.custom_query_range(
-                query,
-                start_time=datetime.fromtimestamp(start, tz=UTC),
-                end_time=datetime.fromtimestamp(end, tz=UTC),
-                step=f"{step:g}s",
+        """A range query's every series. Asked as ``custom_query_range`` asks it (the client's URL, session, headers
+        and timeout; start and end in whole seconds), and parsed a series at a time (``parse_matrix``): the
+        client's ``response.json()`` holds the whole answer as Python objects, about 200 bytes a point, where this
+        holds the answer's text and the parsed series' arrays (``autoscaler.bench``'s ``range_parse_bytes_per_point``,
+        docs/decisions/daemon-scale.md)."""
+        client = self.client
+
+        def send() -> str:
+            response = client._session.request(
+                method=client._method,
+                url=f"{client.url}/api/v1/query_range",
+                params={"query": query, "start": round(start), "end": round(end), "step": f"{step:g}s"},
+                verify=client._session.verify,
+                headers=client.headers,
+                auth=client.auth,
+                cert=client._session.cert,
+                timeout=client._timeout,
             )
-        )
+            content: bytes = response.content
+            if response.status_code != 200:
+                raise PrometheusApiClientException(f"HTTP Status Code {response.status_code} ({content!r})")
+            return content.decode("utf-8")  # the bytes let go on return: the text alone is held while parsed
+
+        body, failure, detail, _ = self._request(send)
         if failure is not None:
             return RangeVector([], failure, detail)
-        if not isinstance(data, list):
-            return RangeVector([], Failure.BAD_RESPONSE, f"unexpected result {str(data)[:200]}")
-        series = []
-        for item in data:
-            stamps, values = array("d"), array("d")
-            try:
-                for stamp, text in item.get("values", []):
-                    if usable(value := float(text)):
-                        stamps.append(float(stamp))
-                        values.append(value)
-            except (TypeError, ValueError) as exc:
-                return RangeVector([], Failure.BAD_RESPONSE, f"unparsable sample: {exc}")
-            item["values"] = None  # the answer's lists let go as they are read: a day of a thousand workloads
-            series.append(Series(dict(item.get("metric", {})), stamps, values))
+        try:
+            series = parse_matrix(body)
+        except (KeyError, TypeError, ValueError) as exc:
+            return RangeVector([], Failure.BAD_RESPONSE, f"the answer is not Prometheus's JSON ({str(exc)[:120]})")
         return RangeVector(series, None if series else Failure.EMPTY, "" if series else "the query returned no series")
 
     def query_range(self, query: str, start: float, end: float, step: float) -> RangeSeries:
@@ -180,3 +187,34 @@ class PrometheusSource:
             return RangeSeries([], Failure.MULTIPLE_SERIES, f"{len(answer.series)} series where one is expected")
         only = answer.series[0]
         return RangeSeries(list(zip(only.stamps, only.values, strict=True)))
+
+
+RESULT = re.compile(r'"result"\s*:\s*\[')
+DECODER = json.JSONDecoder()
+
+
+def parse_matrix(text: str) -> list[Series]:
+    """The series of a range query's answer (``{"status": "success", "data": {"resultType": "matrix", "result":
+    [...]}}``), each decoded on its own and its samples moved to ``array``s before the next is decoded, so that the
+    answer is never whole as Python objects; a value that is not finite, or past ``MAX_METRIC_VALUE``, is left
+    out. Prometheus writes ``result`` after ``resultType`` and before any label, so its first mention opens the
+    list. Raises ``ValueError`` (a ``json.JSONDecodeError`` among them) on what is not such an answer."""
+    opened = RESULT.search(text)
+    if opened is None or '"success"' not in text[: opened.start()]:
+        raise ValueError(f"no successful result in {text[:80]!r}")
+    series: list[Series] = []
+    at, end = opened.end(), len(text)
+    while True:
+        while at < end and text[at] in " \t\r\n,":
+            at += 1
+        if at >= end:
+            raise ValueError("the result list is not closed")
+        if text[at] == "]":
+            return series
+        item, at = DECODER.raw_decode(text, at)
+        stamps, values = array("d"), array("d")
+        for stamp, sample in item["values"]:
+            if usable(value := float(sample)):
+                stamps.append(float(stamp))
+                values.append(value)
+        series.append(Series(dict(item.get("metric", {})), stamps, values))
