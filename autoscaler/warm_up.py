@@ -14,8 +14,8 @@ would read from the built-in metrics or kube-state-metrics is asked once for eve
 ``BATCH_POINTS`` worth of namespaces, aggregated to one series a workload on the server
 (``metrics.queries.owned_query``), a namespace of more workloads than that in parts by the targets' names; only a
 custom query is asked per workload. Worked example: 10,000
-workloads in 100 namespaces, each read from seven such series over a day (23 hours a minute apart, three
-namespaces a query; the last hour a tick apart, twenty), ask 7 x (34 + 5) = 273 queries where they asked
+workloads in 100 namespaces, each read from seven such series over a day (23 hours a minute apart, eight
+namespaces a query; the last hour a tick apart, fifty), ask 7 x (13 + 2) = 105 queries where they asked
 140,000, one for each workload, series and part (tests/test_warm_up.py).
 """
 
@@ -35,11 +35,11 @@ from policies.recorded import ACTIVITY, READY_REPLICAS, REPLICAS, decided_names,
 
 log = get_logger("autoscaler.warm_up")
 MAX_POINTS = 10_000  # Prometheus refuses a range query of more than 11,000 points a series
-BATCH_POINTS = 500_000
-"""The points one query for several namespaces may ask (workloads x steps). The answer's JSON takes about 160
-bytes a point while it is parsed, so this bounds what the warm-up adds to the daemon's memory to about 80 MB
-(the shipped limit is 512 MiB); 23 hours a minute apart are 1,380 points a workload, about 360 workloads a
-query. Three times as many points would ask a third of the queries for 240 MB more."""
+BATCH_POINTS = 1_200_000
+"""The points one query for several namespaces may ask (workloads x steps). Its answer takes about 67 bytes a point
+while it is read (``PrometheusSource.query_ranges``; the client's own parse took 262: ``autoscaler.bench``'s
+``range_parse_*``), so this bounds what the warm-up adds to the daemon's memory to about 80 MB (the shipped limit
+is 512 MiB); 23 hours a minute apart are 1,380 points a workload, about 870 workloads a query."""
 NOT_ANSWERING = {Failure.TIMEOUT, Failure.UNREACHABLE}  # Prometheus, not the query: nothing more is asked of it
 TOO_MANY_SAMPLES = "too many samples"  # Prometheus's --query.max-samples refused it: asked again in halves
 Part = tuple[float, float, float]  # seconds back from, seconds back to, step
@@ -72,6 +72,18 @@ def spans(policy: Policy, interval: float) -> list[Part]:
     if detail > 0:
         parts.append((detail, 0.0, max(interval, detail / MAX_POINTS)))
     return parts
+
+
+def _coarse(policy: Policy, part: Part) -> bool:
+    """Whether ``part`` is history before the policy's ``detail_seconds``, passed through its ``catch_up``."""
+    return part[0] > float(policy.detail_seconds)
+
+
+def read_over(name: str, policy: Policy, part: Part) -> bool:
+    """Whether series ``name`` is read over ``part``: every series within ``detail_seconds``; before it, the counts
+    and what the policy's ``catch_up`` reads (``catch_up_signals``). A follower's day is 4 of the default's 8."""
+    wanted = policy.catch_up_signals
+    return not _coarse(policy, part) or wanted is None or name in wanted or name in (REPLICAS, READY_REPLICAS)
 
 
 def owned_series(workload: Workload) -> dict[str, str]:
@@ -139,6 +151,8 @@ class FleetHistory:
             owned = owned_series(workload) if parts else {}
             for name, query in series_queries(workload).items() if parts else ():
                 for span, part in enumerate(parts):
+                    if not read_over(name, policy, part):
+                        continue
                     member.waiting[span] += 1
                     if name in owned:
                         group = (name, owned[name], workload.target.kind, quantile_of(name, workload), span, part)
@@ -269,8 +283,7 @@ class FleetHistory:
         member.read[span] = {}
         names = decided_names(member.workload)
         # Before the policy's detail_seconds, only what reaches back that far is moved (its catch_up).
-        coarse = member.parts[span][0] > float(member.policy.detail_seconds)
-        apply = member.policy.catch_up if coarse else member.policy.recommend
+        apply = member.policy.catch_up if _coarse(member.policy, member.parts[span]) else member.policy.recommend
         try:
             for stamp in sorted(rows):
                 row = rows[stamp]

@@ -101,6 +101,9 @@ class Policy(Protocol):
 
     def catch_up(self, observation: Observation) -> None: ...
 
+    @property
+    def catch_up_signals(self) -> frozenset[str] | None: ...
+
 
 class PolicyBase:
     """The optional members of a policy, with what they mean when a policy leaves them out.
@@ -113,6 +116,8 @@ class PolicyBase:
       ticks apart and passed through ``catch_up``. By default all of it, a tick at a time.
     * ``catch_up(observation)``: a tick of the history before ``detail_seconds``, for the state that reaches back
       that far; by default ``recommend``, its proposal discarded.
+    * ``catch_up_signals``: the recorded series ``catch_up`` reads beside the counts (asked for and ready) that
+      every tick of history carries; the warm-up reads no other before ``detail_seconds``. None, the default: all.
     * ``resolved()``: the settings the policy runs with, its defaults worked out, for a report; by default none.
     """
 
@@ -140,6 +145,10 @@ class PolicyBase:
 
     def catch_up(self, observation: Observation) -> None:
         self.recommend(observation)
+
+    @property
+    def catch_up_signals(self) -> frozenset[str] | None:
+        return None
 
 
 def is_latency_quantile(spec: MetricSpec) -> bool:

@@ -231,6 +231,64 @@ def test_a_budgets_day_before_the_rises_memory_is_read_coarser_and_counts_the_sa
     assert coarse.headroom == pytest.approx(fine.headroom, rel=0.01)
 
 
+FOLLOWER = {
+    "type": "predictive",
+    "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5, "spend": True}},
+    "utilization": {"start": 0.7, "prefillTokensPerSecond": 1000, "decodeTokensPerSecond": 300},
+}
+FOLLOWER_METRICS = [
+    {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
+    {"name": "kv_cache_usage_perc", "target": {"type": "Value", "value": 0.85}},
+]
+
+
+def test_a_followers_day_before_its_trend_reads_only_what_its_catch_up_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default a file given only an slo is written with: before its trend's window only the budget's series and
+    the counts are read (``catch_up_signals``), and the state is the one reading every series builds (the budget,
+    the utilization it moved, the trend); a follower counts its budget whether a metric is there or not."""
+    import math
+
+    document = workload_doc(
+        metrics=FOLLOWER_METRICS, maxReplicas=40, slo={"ttftSeconds": 2, "target": 0.99}, policy=FOLLOWER
+    )
+    workload = parse_policy_document(document).workloads[0]
+
+    def firsts(t: float) -> float:
+        return 6.0 + 3.0 * math.sin(2 * math.pi * (t - WALL) / 7200)
+
+    series = {
+        "prompt_tokens_per_second": lambda t: 500 * firsts(t),
+        "generation_tokens_per_second": lambda t: 200 * firsts(t),
+        "num_requests_waiting": lambda t: max(0.0, firsts(t) - 7),
+        "kv_cache_usage_perc": lambda t: firsts(t) / 10,
+        FIRST_TOKENS_RATE: firsts,
+        TTFT_SECONDS_RATE: lambda t: firsts(t) * (0.5 + 0.4 * firsts(t)),  # busier minutes wait longer
+        REPLICAS: lambda t: 8,
+        READY_REPLICAS: lambda t: 8,
+    }
+    warmed = []
+    for signals in ("declared", None):  # as the policy says; every series
+        policy = parse_policy_document(document).decider(workload).policy
+        assert isinstance(policy, PredictivePolicy) and policy.follows
+        if signals is None:
+            monkeypatch.setattr(PredictivePolicy, "catch_up_signals", property(lambda _: None))
+        source = RangeSource(workload, series)
+        assert warm_up(workload, policy, source, WALL, TO_NOW, 15.0).failed == []
+        warmed.append((policy, source))
+    (lean, lean_source), (whole, whole_source) = warmed
+    before = {name for name, start, *_ in lean_source.asked if start < WALL - policy.detail_seconds}
+    assert before == {REPLICAS, READY_REPLICAS, FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, "prompt_tokens_per_second"}
+    assert len(whole_source.asked) == len(lean_source.asked) + 3
+    assert lean.state.budget is not None and whole.state.budget is not None
+    assert lean.state.budget.first_tokens == whole.state.budget.first_tokens > 0.95 * 6 * 86_400
+    assert lean.state.budget.misses == whole.state.budget.misses > 0
+    assert lean.state.utilization is not None and whole.state.utilization is not None
+    assert lean.state.utilization.utilization == whole.state.utilization.utilization != 0.7
+    assert lean.state.trend.samples == whole.state.trend.samples
+
+
 class FleetSource:
     """Range queries of many workloads (``owned_query``): for each workload of the namespaces a query names, its
     prompt tokens (100 a second times its number, the digits of its name) and its counts (8). Refuses as Prometheus
@@ -319,9 +377,9 @@ def test_a_query_prometheus_finds_too_large_is_asked_again_in_halves_then_by_wor
         assert {round(demand, 6) for _, demand in policy.state.trend.samples} == {number * 100 / 500}
 
 
-def test_ten_thousand_workloads_read_a_day_in_a_few_hundred_queries() -> None:
+def test_ten_thousand_workloads_read_a_day_in_about_a_hundred_queries() -> None:
     """The module's worked example: the budget's day of seven series for 10,000 workloads in 100 namespaces, a
-    query a series for every three namespaces over the 23 hours read a minute apart and every twenty over the
+    query a series for every eight namespaces over the 23 hours read a minute apart and every fifty over the
     hour read a tick apart."""
     metrics = [
         {"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}},
@@ -345,19 +403,33 @@ def test_ten_thousand_workloads_read_a_day_in_a_few_hundred_queries() -> None:
         for i in range(10_000)
     ]
     history = FleetHistory([(w, policy) for w in fleet], WALL, TO_NOW, 15.0)
-    assert len(history.reads) == 7 * (34 + 5)
+    assert len(history.reads) == 7 * (13 + 2)
+    # The follower written for a file given only an slo: its eight series over the hour, five over the day.
+    follower = parse_policy_document(
+        workload_doc(metrics=metrics, slo={"ttftSeconds": 2, "target": 0.99}, policy=FOLLOWER)
+    )
+    one = follower.workloads[0]
+    policy = follower.decider(one).policy
+    assert len(series_queries(one)) == 8 and spans(policy, 15.0) == [(86_400, 630, 60.0), (630, 0.0, 15.0)]
+    fleet = [
+        one.model_copy(
+            update={"target": one.target.model_copy(update={"namespace": f"ns-{i % 100}", "name": f"m-{i}"})}
+        )
+        for i in range(10_000)
+    ]
+    assert len(FleetHistory([(w, policy) for w in fleet], WALL, TO_NOW, 15.0).reads) == 5 * 13 + 8 * 1
 
 
 def test_a_namespace_too_large_for_one_query_is_read_in_parts_by_name() -> None:
-    """A thousand workloads in one namespace, a day each 15 s apart: 5.8 million points a series, read in twelve
-    parts of at most ``BATCH_POINTS`` (86 workloads), each naming its targets (``pod=~``, ``deployment=~``), every
+    """A thousand workloads in one namespace, a day each 15 s apart: 5.8 million points a series, read in five
+    parts of at most ``BATCH_POINTS`` (208 workloads), each naming its targets (``pod=~``, ``deployment=~``), every
     workload in one part."""
     fleet = _fleet(1, 1000, {"type": "predictive", "learnedHeadroom": {"memorySeconds": 86_400}})
     policy = _predictive(fleet[0])
     history = FleetHistory([(w, policy) for w in fleet], WALL, TO_NOW, 15.0)
     counts = [r for r in history.reads if r.name == REPLICAS]
     tokens = [r for r in history.reads if r.name == "prompt_tokens_per_second"]
-    assert len(counts) == len(tokens) == 12 and spans(policy, 15.0) == [(86_400, 0.0, 15.0)]
+    assert len(counts) == len(tokens) == 5 and spans(policy, 15.0) == [(86_400, 0.0, 15.0)]
     assert all('deployment=~"(' in r.query for r in counts) and all('pod=~"(' in r.query for r in tokens)
     assert sorted(k for r in counts for k in r.keys) == sorted(w.key for w in fleet)
     assert all(len(r.keys) * 86_400 / 15 <= BATCH_POINTS for r in counts)

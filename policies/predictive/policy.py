@@ -328,13 +328,26 @@ class PredictivePolicy(PolicyBase):
 
     def catch_up(self, observation: Observation) -> None:
         """A tick older than ``detail_seconds``: what reaches back that far, the learned capacity and the budget's
-        ledger (and its loop), as ``recommend`` would move them. The trend and the rises would forget it before the
-        first decision; skipping them took a day's replay from 62 to 24 ms a workload, and the count without the
-        details nobody reads to 16 (``autoscaler.bench``, docs/decisions/daemon-scale.md)."""
+        ledger (and its loop or the utilization it moves), as ``recommend`` would move them: a follower counts the
+        budget at every tick, the forecast's sizing at a tick with a metric. The trend and the rises would forget it
+        before the first decision; skipping them took a day's replay from 62 to 24 ms a workload, and the count
+        without the details nobody reads to 16 (``autoscaler.bench``, docs/decisions/daemon-scale.md)."""
         self._learn(observation)
         learned = self.params.learned_headroom
-        if learned is not None and learned.budget is not None and self._any_metric(observation):
+        if learned is None or learned.budget is None:
+            return
+        if self.follows or self._any_metric(observation):
             self._count_budget(observation, learned.budget, None)
+
+    @property
+    def catch_up_signals(self) -> frozenset[str] | None:
+        """What ``catch_up`` reads beside the counts: a follower's budget is counted from the first tokens' histogram
+        and the prompt tokens (their spread, where the budget is not told it), a learned capacity from the TTFT
+        quantile; the forecast's sizing asks for a metric, so reads them all (None)."""
+        if not self.follows:
+            return None
+        read = {FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, PROMPT_TOKENS, PROMPT_SPREAD}
+        return frozenset(read | {TTFT_SLO} if self.learns else read)
 
     def _any_metric(self, observation: Observation) -> bool:
         """Whether any of the workload's metrics has a value this tick (``observed_metrics``'s ``present``, without
