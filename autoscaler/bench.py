@@ -567,7 +567,8 @@ def bench_range_parse(series: int = 1000, points: int = 1380) -> dict[str, Any]:
     format (whole-second stamps, shortest-repr rates), served by a local HTTP server and read through
     ``PrometheusSource.query_ranges`` (``_client``: the client's ``custom_query_range``, its whole answer parsed at
     once). ``warm_up.BATCH_POINTS`` is set from it. The time of one read, then tracemalloc's peak over another, over
-    the answer's points."""
+    the answer's points. ``main`` runs it in a child process: the answer built here would stay in the bench
+    process's resident memory, which ``daemon_rss_mib`` reads after it."""
     import threading
     import tracemalloc
     from datetime import UTC, datetime
@@ -647,7 +648,8 @@ def main() -> int:
         if "pipeline" not in args.skip:
             out.update(bench_pipeline(args.seed))
             out.update(bench_warm_up(args.seed))
-            out.update(bench_range_parse())
+            with multiprocessing.get_context("fork").Pool(1) as pool:  # apart: its lists would stay in the RSS
+                out.update(pool.apply(bench_range_parse))
         runs: dict[str, Callable[[Path, KubeServer], dict[str, Any]]] = {
             "tick": lambda folder, kube: bench_tick(args.workloads, folder, kube),
             "reaction": lambda folder, kube: bench_reaction(folder, args.trials, args.seed, kube),
