@@ -281,6 +281,11 @@ def _matrix(*series: tuple[dict[str, str], list[tuple[float, str]]]) -> dict[str
             [({"q": '"result":[', "ns": "ünï"}, [1.0], [1.0]), ({}, [2.0], [2.0])],
         ),
         (json.dumps(_matrix()) + "\n", []),
+        # A native histogram's series carries "histograms", not "values": a series without samples, as before.
+        (
+            '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"a":"b"},"histograms":[]}]}}',
+            [({"a": "b"}, [], [])],
+        ),
     ],
 )
 def test_a_range_answer_is_parsed_series_by_series(body: str, expected: list[Any]) -> None:
@@ -295,7 +300,6 @@ def test_a_range_answer_is_parsed_series_by_series(body: str, expected: list[Any
         b'{"status":"error","errorType":"bad_data","error":"the result is unknown"}',
         json.dumps(_matrix(({"pod": "a"}, [(1, "1")]))).encode()[:-12],  # cut short
         b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"x"]]}]}}',
-        b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{}}]}}',
     ],
 )
 def test_what_is_not_a_range_answer_raises(body: bytes) -> None:

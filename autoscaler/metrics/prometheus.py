@@ -213,7 +213,7 @@ def parse_matrix(text: str) -> list[Series]:
             return series
         item, at = DECODER.raw_decode(text, at)
         stamps, values = array("d"), array("d")
-        for stamp, sample in item["values"]:
+        for stamp, sample in item.get("values", ()):  # a native histogram's series has "histograms": none read
             if usable(value := float(sample)):
                 stamps.append(float(stamp))
                 values.append(value)
