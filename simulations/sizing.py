@@ -143,7 +143,7 @@ def held_decode_tokens_per_s(model: ReplicaModel, trace: Trace | None) -> float:
     ``utilization`` block."""
     prompt, output = request_lengths(trace, np.random.default_rng(0))  # the load test's, drawn alike
     held = model.sequences_held(float(np.mean(prompt)) + float(np.mean(output)))
-    return held / (model.weight_read_s + held / model.prefill_tokens_per_s)
+    return held * model.decode_rate(held)  # a step's tokens: each sequence's rate at that batch, read no context
 
 
 def load_test_utilization(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float) -> float:
