@@ -280,3 +280,23 @@ def test_a_budget_that_spends_runs_a_calm_fleet_hotter_and_a_burning_one_cooler(
     assert 1.15 < scale <= most(6 * 3600 / 86_400) and hotter < sized
     _, burning = _fleet_after(2.0, spend=True)
     assert burning == 1.0
+
+
+def test_a_window_counted_apart_is_taken_in_as_if_counted_in_order() -> None:
+    """A day of ticks a minute apart, then an hour 15 s apart, counted in one ledger, or in two (the day apart, as a
+    starting daemon catches it up) and the day taken in: the same buckets, the boundary's summed, the same sums."""
+    whole, older, newer = BudgetLedger(86_400.0), BudgetLedger(86_400.0), BudgetLedger(86_400.0)
+    ticks = [(t, 1.0 + (t % 700) / 100) for t in np.arange(0.0, 90_000.0, 60.0)]
+    ticks += [(t, 2.0) for t in np.arange(90_010.0, 93_600.0, 15.0)]
+    for now, firsts in ticks:
+        whole.record(float(now), firsts, firsts / 50)
+        (older if now < 90_000.0 else newer).record(float(now), firsts, firsts / 50)
+    newer.absorb(older)
+    assert list(newer.starts) == list(whole.starts) and newer.last == whole.last
+    assert list(newer.tokens) == pytest.approx(list(whole.tokens)) and list(newer.missed) == pytest.approx(
+        list(whole.missed)
+    )
+    assert newer.first_tokens == pytest.approx(whole.first_tokens) and newer.misses == pytest.approx(whole.misses)
+    empty = BudgetLedger(86_400.0)
+    empty.absorb(older)
+    assert empty.first_tokens == older.first_tokens and list(empty.starts) == list(older.starts)

@@ -19,6 +19,7 @@ from policies.policy_file import PolicyFileError, parse_policy_document
 from policies.predictive.utilization import (
     AIM,
     DRAIN_S,
+    EMPTY,
     LEAST,
     MOST,
     UtilizationLearner,
@@ -196,3 +197,26 @@ def test_no_hotter_than_the_budget_earned() -> None:
     assert learner.utilization == pytest.approx(learner.most(3585.0)) and learner.utilization < 0.5 + 0.5 / 24
     burnt = UtilizationLearner(start=0.5, allowed=0.01)
     assert burnt.observe(0.0, 10_000.0, 1_000.0) < 0.5
+
+
+def test_a_day_counted_apart_is_taken_in_as_if_counted_in_order() -> None:
+    """A starting daemon's day caught up apart from its last minutes (``autoscaler.warm_up``): the minutes' learner
+    takes the day's hours in, an hour both counted summed, and works out the utilization the day calls for."""
+    older, newer = UtilizationLearner(start=0.5, allowed=0.01), UtilizationLearner(start=0.5, allowed=0.01)
+    whole = UtilizationLearner(start=0.5, allowed=0.01)
+    for tick in range(24 * 240):  # a day missing twice the budget
+        older.observe(tick * 15.0, 60.0, 0.02 * 60.0)
+        whole.observe(tick * 15.0, 60.0, 0.02 * 60.0)
+    for tick in range(24 * 240, 24 * 240 + 40):  # ten minutes more, the first hour of the next day
+        newer.observe(tick * 15.0, 60.0, 0.02 * 60.0)
+        whole.observe(tick * 15.0, 60.0, 0.02 * 60.0)
+    assert newer.utilization > 0.48  # ten minutes of misses move it little from the start
+    slot = (24 * 240 * 15 // 3600) % 24
+    hour_before = newer.misses[slot]
+    newer.absorb(older)
+    assert newer.first == 0.0 and newer.misses[slot] == hour_before  # the next day's hour: only the minutes'
+    assert sum(newer.misses) == pytest.approx(sum(older.misses) - older.misses[slot] + hour_before)
+    assert newer.utilization == pytest.approx(whole.utilization, rel=0.001) and newer.utilization < 0.37
+    other = UtilizationLearner(start=0.6, allowed=0.01)  # another start: another learner, nothing taken
+    other.absorb(older)
+    assert other.first is None and set(other.hours) == {EMPTY}

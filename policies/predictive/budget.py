@@ -166,6 +166,33 @@ class BudgetLedger:
             self.misses -= self.missed.pop(0)
             del self.starts[0]
 
+    def absorb(self, older: BudgetLedger) -> None:
+        """Take in ``older``'s count, of ticks before this ledger's first (a starting daemon's day read apart from
+        its last minutes: ``autoscaler.warm_up``): its buckets first, one that shares this ledger's first bucket's
+        time summed into it, and what is then a window older than the last tick let go."""
+        if older.window != self.window or not older.starts:
+            return
+        if not self.starts:
+            self.starts, self.tokens, self.missed = older.starts[:], older.tokens[:], older.missed[:]
+            self.first_tokens, self.misses, self.last = older.first_tokens, older.misses, older.last
+            return
+        size = self.window / BUCKETS
+        starts, tokens, missed = array("d", older.starts), array("d", older.tokens), array("d", older.missed)
+        shared = int(starts[-1] // size == self.starts[0] // size)  # the boundary's bucket, counted by both
+        if shared:
+            tokens[-1] += self.tokens[0]
+            missed[-1] += self.missed[0]
+        self.starts = starts + self.starts[shared:]
+        self.tokens = tokens + self.tokens[shared:]
+        self.missed = missed + self.missed[shared:]
+        self.first_tokens += older.first_tokens
+        self.misses += older.misses
+        assert self.last is not None
+        while self.starts and self.starts[0] <= self.last - self.window:
+            self.first_tokens -= self.tokens.pop(0)
+            self.misses -= self.missed.pop(0)
+            del self.starts[0]
+
     @property
     def span(self) -> float:
         """The seconds the ticks counted cover, from the first to the last."""

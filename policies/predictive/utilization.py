@@ -61,6 +61,7 @@ def work_in_replicas(
 
 
 SLOTS = int(MEMORY_S // BUCKET_S)
+EMPTY = -(2**62)  # a slot no hour has counted in (a decision clock's hours may be negative: history replayed)
 
 
 @dataclass
@@ -73,10 +74,12 @@ class UtilizationLearner:
     start: float
     allowed: float  # the share of first tokens the slo allows to miss
     utilization: float = 0.0
-    hours: array[int] = field(default_factory=lambda: array("q", [-1] * SLOTS))
+    hours: array[int] = field(default_factory=lambda: array("q", [EMPTY] * SLOTS))
     misses: array[float] = field(default_factory=lambda: array("d", [0.0] * SLOTS))
     exposure: array[float] = field(default_factory=lambda: array("d", [0.0] * SLOTS))
+    tokens: array[float] = field(default_factory=lambda: array("d", [0.0] * SLOTS))  # the first tokens alone
     first: float | None = None  # the first tick counted: what the budget has been earned over
+    last: float | None = None  # the last
     # The other slots' sums within the day, worked out once an hour: a tick adds its own slot alone.
     _summed_for: int = -1
     _other_misses: float = 0.0
@@ -97,25 +100,58 @@ class UtilizationLearner:
         """Whether this learner is the one for ``start`` and ``allowed`` (a reload may change either)."""
         return self.start == start and self.allowed == allowed
 
+    def absorb(self, older: UtilizationLearner) -> None:
+        """Take in ``older``'s hours, counted before this learner's first tick (a starting daemon's day read apart
+        from its last minutes: ``autoscaler.warm_up``), and work the utilization out from them all. This learner's
+        own minutes are weighed as run at the utilization ``older`` ended at, as a reading in order would have
+        weighed them (the minutes it ran at its start, until the day was in, as well: they are minutes against a
+        day); an hour both counted is summed, one only ``older`` holds taken unless a later hour holds its slot.
+        Counted apart at the start, a day that learned 0.26 read 0.35 back (tests/test_warm_up.py)."""
+        if not older.fits(self.start, self.allowed) or older.first is None:
+            return
+        weight = older.utilization**ELASTICITY
+        for slot in range(SLOTS):
+            self.exposure[slot] = self.tokens[slot] * weight
+        for slot, hour in enumerate(older.hours):
+            if hour == EMPTY or self.hours[slot] > hour:
+                continue
+            if self.hours[slot] != hour:
+                self.hours[slot], self.misses[slot], self.exposure[slot], self.tokens[slot] = hour, 0.0, 0.0, 0.0
+            self.misses[slot] += older.misses[slot]
+            self.exposure[slot] += older.exposure[slot]
+            self.tokens[slot] += older.tokens[slot]
+        self.first = older.first if self.first is None else min(self.first, older.first)
+        self._summed_for = -1
+        self._settle(max(self.last or older.first, older.last or older.first))
+
     def observe(self, now: float, first_tokens: float, misses: float) -> float:
         """Count a tick's first tokens and estimated misses at the utilization in use, and return the new one."""
         hour = int(now // BUCKET_S)
         slot = hour % SLOTS
         if self.hours[slot] != hour:  # a new hour: the one a day before leaves its slot
-            self.hours[slot], self.misses[slot], self.exposure[slot] = hour, 0.0, 0.0
+            self.hours[slot], self.misses[slot], self.exposure[slot], self.tokens[slot] = hour, 0.0, 0.0, 0.0
         self.misses[slot] += misses
         self.exposure[slot] += first_tokens * self.utilization**ELASTICITY
+        self.tokens[slot] += first_tokens
+        if self.first is None:
+            self.first = now
+        return self._settle(now)
+
+    def _settle(self, now: float) -> float:
+        """The utilization the day's count calls for at ``now``, within its bounds."""
+        hour = int(now // BUCKET_S)
+        slot = hour % SLOTS
         if self._summed_for != hour:
             others = [i for i in range(SLOTS) if i != slot and self.hours[i] > hour - SLOTS]
             self._other_misses = sum(self.misses[i] for i in others)
             self._other_exposure = sum(self.exposure[i] for i in others)
             self._summed_for = hour
+        own = self.hours[slot] == hour
         prior = PRIOR_MISSES / self.allowed  # first tokens
-        missed = self._other_misses + self.misses[slot] + AIM * self.allowed * prior  # the start is on the aim
-        exposure = self._other_exposure + self.exposure[slot] + prior * self.start**ELASTICITY
+        missed = self._other_misses + own * self.misses[slot] + AIM * self.allowed * prior  # the start is on the aim
+        exposure = self._other_exposure + own * self.exposure[slot] + prior * self.start**ELASTICITY
         share_at_one = missed / exposure  # ``a`` in ``share = a * u ** ELASTICITY``
         best = (AIM * self.allowed / share_at_one) ** (1 / ELASTICITY)
-        if self.first is None:
-            self.first = now
+        self.last = now
         self.utilization = min(max(best, LEAST), self.most(now))
         return self.utilization
