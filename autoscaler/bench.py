@@ -29,7 +29,9 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
 * ``warm_up_s``: the replay of a day of history (the budget's window) into the policy a file given only an slo is
   written with (``bench_warm_up``), what a starting daemon spends per such workload before its first decision;
   ``warm_up_fleet_s`` the same for a thousand such workloads, a hundred to a namespace, read by series and
-  namespaces in ``warm_up_fleet_queries`` range queries (``FleetHistory``), Prometheus's answers stubbed.
+  namespaces in ``warm_up_fleet_queries`` range queries (``FleetHistory``), Prometheus's answers stubbed;
+  ``warm_up_fleet_deciding_s`` the part of it until every one of them decides (its trend's minutes read, its day
+  caught up after: ``Policy.apart``).
 * ``range_parse_*``: the memory and time one range query's answer of a thousand workloads' 23 hours takes while
   it is read, in bytes a point, beside the client's own ``custom_query_range`` (``bench_range_parse``).
 """
@@ -531,7 +533,7 @@ def bench_warm_up(seed: int, fleet: int = 1000) -> dict[str, Any]:
     ``warm_up_fleet_queries`` range queries.
     Prometheus's answers are stubbed, so it is the daemon's CPU alone, what a starting daemon spends before its
     first tick's decisions."""
-    from autoscaler.warm_up import FleetHistory, warm_up
+    from autoscaler.warm_up import FleetHistory, history_seconds, warm_up
     from policies.policy_file import parse_policy_document
 
     targets = _workloads(fleet)
@@ -551,12 +553,17 @@ def bench_warm_up(seed: int, fleet: int = 1000) -> dict[str, Any]:
     source = _History(seed, targets)
     started = time.perf_counter()
     history = FleetHistory(members, wall, 0.0, float(document.interval))
+    listed, deciding = 0, None
     while not history.done:
         history.read_next(source)
-    warmed = history.finished()
-    assert len(warmed) == fleet and all(o.samples == outcome.samples for _, o in warmed)
+        listed += len(history.finished())
+        if deciding is None and listed == fleet:
+            deciding = time.perf_counter() - started
+    assert listed == fleet and history.members == {}
+    assert all(p.state.budget.span > 0.9 * history_seconds(p) for _, p in members)
     return figures | {
         "warm_up_fleet_s": round(time.perf_counter() - started, 3),
+        "warm_up_fleet_deciding_s": round(deciding or 0.0, 3),
         "warm_up_fleet_queries": len(history.reads),
     }
 

@@ -114,6 +114,8 @@ def _limited(line: dict[str, Any], lo: int, hi: int) -> tuple[Status, str, str] 
         if desired >= hi:
             return "True", "TooManyReplicas", f"the current replica count is more than the maximum ({hi})"
         return "True", "TooFewReplicas", f"the current replica count is less than the minimum ({lo})"
+    if line.get("reason") == "catching-up" and recommended is not None and recommended < desired:
+        return "True", "CatchingUp", "a lower count is held while the metrics' older history is read"
     if line.get("reason") == Reason.RATE_LIMITED and stabilized is not None:
         if stabilized > desired:
             return "True", "ScaleUpLimit", "the desired replica count is increasing faster than the maximum scale rate"

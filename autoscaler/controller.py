@@ -57,6 +57,7 @@ EVENT_REASONS = {Reason.SCALED_TO_ZERO: "ScaledToZero", Reason.ACTIVATED: "Activ
 # after another for minutes; this many at a time bounds what a burst asks of the API server.
 WRITE_CONCURRENCY = 16
 WARM_UP_SHARE = 0.5  # of an interval: what a tick spends reading workloads' history before it decides
+CATCHING_UP = "catching-up"  # a lower count held while the workload's older history is read (autoscaler.warm_up)
 
 
 @dataclass
@@ -294,6 +295,9 @@ class Controller:
             now, state.replicas, metrics.values, state.ready, metrics.activation, metrics.activity
         )
         decision = runtime.decider.decide(observation)
+        if decision.desired < state.replicas and self._history is not None and self._history.catching_up(key):
+            # Its day is still being read (autoscaler.warm_up): it may rise, not fall, until the day is in.
+            decision = replace(decision, desired=state.replicas, reason=CATCHING_UP)
         self._count_slo(runtime, decision)
         self._metrics_events(runtime, decision, metrics, state)
         return self._act(runtime, state, decision, line)
@@ -364,7 +368,7 @@ class Controller:
                 self._history = None
                 return
             if asked and self.decision_clock() >= deadline:
-                log.info("warm-up-deferred", workloads=len(history.members))
+                log.info("warm-up-deferred", workloads=history.undecided, catching_up=len(history.members))
                 return
             history.read_next(self.source)
             asked += 1

@@ -112,6 +112,7 @@ class _Read:
     keys: list[str]
     owners: dict[tuple[str, str], str] | None = None
     group: tuple[str, str, float] = ("", "Deployment", 0.9)  # an owned query's series, kind and quantile
+    later: bool = False  # history caught up apart (``Policy.apart``): asked once every recent part is
 
 
 @dataclass
@@ -124,9 +125,21 @@ class _Member:
     parts: list[Part]
     waiting: list[int]
     read: list[dict[str, tuple[array[float], array[float]]]]
-    replayed: int = 0
+    shadow: Policy | None = None  # ``policy.apart()``: the part before ``detail_seconds`` is caught up in it
+    replayed: int = 0  # of ``order``
+    reported: bool = False  # listed by ``finished``: it decides
     outcome: WarmUp = field(default_factory=WarmUp)
     failed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def order(self) -> list[int]:
+        """The parts in the order they are passed: oldest first, or with a ``shadow`` the recent part first."""
+        spans = list(range(len(self.parts)))
+        return spans[1:] + spans[:1] if self.shadow is not None else spans
+
+    @property
+    def complete(self) -> bool:
+        return self.replayed == len(self.parts)
 
 
 class FleetHistory:
@@ -134,7 +147,13 @@ class FleetHistory:
     spread the reading over ticks; a workload whose parts are all read is passed through its policy and listed
     by ``finished``. The reads are fixed when it starts (a reading over several ticks leaves a gap of those ticks
     before the first live one, which the policy's state takes as it takes a missed scrape), and asked in the order
-    of ``members``, so that the first are warmed first."""
+    of ``members``, so that the first are warmed first.
+
+    A policy whose older history can be caught up apart (``Policy.apart``: the default that follows its work, whose
+    day is its budget's count) is listed once its recent part is read and passed, and decides from then on; its
+    older part is read after every workload's recent one, caught up in the copy, and taken in (``absorb``) as it
+    arrives, logged ``caught-up``. Ten thousand such workloads decide within a tick or two of a start where they
+    waited minutes for their day (docs/decisions/daemon-scale.md)."""
 
     def __init__(self, members: Sequence[tuple[Workload, Policy]], wall: float, to_now: float, interval: float) -> None:
         self.wall, self.to_now = wall, to_now
@@ -142,10 +161,12 @@ class FleetHistory:
         self.done_keys: list[str] = []
         order: dict[str, int] = {}
         own: list[tuple[int, _Read]] = []
-        groups: dict[tuple[str, str, str, float, int, Part], list[Workload]] = {}
+        groups: dict[tuple[str, str, str, float, int, Part, bool], list[Workload]] = {}
         for index, (workload, policy) in enumerate(members):
             parts = spans(policy, interval)
             member = _Member(workload, policy, parts, [0] * len(parts), [{} for _ in parts])
+            if len(parts) > 1:
+                member.shadow = policy.apart()
             self.members[workload.key] = member
             order[workload.key] = index
             owned = owned_series(workload) if parts else {}
@@ -154,23 +175,24 @@ class FleetHistory:
                     if not read_over(name, policy, part):
                         continue
                     member.waiting[span] += 1
+                    later = member.shadow is not None and span == 0
                     if name in owned:
-                        group = (name, owned[name], workload.target.kind, quantile_of(name, workload), span, part)
-                        groups.setdefault(group, []).append(workload)
+                        kind, quantile = workload.target.kind, quantile_of(name, workload)
+                        groups.setdefault((name, owned[name], kind, quantile, span, part, later), []).append(workload)
                     else:
-                        own.append((index, _Read(name, query, span, part, [workload.key])))
+                        own.append((index, _Read(name, query, span, part, [workload.key], later=later)))
             if not parts:
                 self.done_keys.append(workload.key)
         batched = [(order[r.keys[0]], r) for group in groups.items() for r in self._owned_reads(*group)]
-        self.reads = [r for _, r in sorted(own + batched, key=lambda x: (x[0], x[1].span))]
+        self.reads = [r for _, r in sorted(own + batched, key=lambda x: (x[1].later, x[0], x[1].span))]
         self.next = 0
 
     @staticmethod
-    def _owned_reads(group: tuple[str, str, str, float, int, Part], workloads: list[Workload]) -> list[_Read]:
+    def _owned_reads(group: tuple[str, str, str, float, int, Part, bool], workloads: list[Workload]) -> list[_Read]:
         """The reads of one owned series over one part for ``workloads``: their namespaces, in their order, as few
         to a query as keep it within ``BATCH_POINTS``; a namespace of more workloads than that, in parts of it by
         the targets' names (one namespace of 10,000 read whole would take gigabytes while parsed)."""
-        name, series, kind, quantile, span, part = group
+        name, series, kind, quantile, span, part, later = group
         most = max(1, BATCH_POINTS // max(1, round((part[0] - part[1]) / part[2])))
         by_namespace: dict[str, list[Workload]] = {}
         for workload in workloads:
@@ -179,12 +201,12 @@ class FleetHistory:
         chunk: list[Workload] = []
         for members in [*by_namespace.values(), []]:
             if chunk and (not members or len(chunk) + len(members) > most):
-                reads.append(_owned_read(name, (series, kind, quantile), chunk, span, part))
+                reads.append(_owned_read(name, (series, kind, quantile), chunk, span, part, later=later))
                 chunk = []
             if len(members) > most:  # alone, in parts
                 for start in range(0, len(members), most):
                     some = members[start : start + most]
-                    reads.append(_owned_read(name, (series, kind, quantile), some, span, part, whole=False))
+                    reads.append(_owned_read(name, (series, kind, quantile), some, span, part, False, later))
             else:
                 chunk += members
         return reads
@@ -193,8 +215,18 @@ class FleetHistory:
     def done(self) -> bool:
         return self.next >= len(self.reads)
 
+    def catching_up(self, key: str) -> bool:
+        """Whether ``key`` decides while its older history is still to be read and taken in (``Policy.apart``)."""
+        member = self.members.get(key)
+        return member is not None and member.reported
+
+    @property
+    def undecided(self) -> int:
+        """The workloads not yet listed by ``finished``."""
+        return sum(1 for m in self.members.values() if not m.reported)
+
     def finished(self) -> list[tuple[str, WarmUp]]:
-        """The workloads warmed since the last call, with what their warm-up read."""
+        """The workloads warmed since the last call (that decide from now on), with what their warm-up read."""
         done, self.done_keys = self.done_keys, []
         return [(key, self._finish(key)) for key in done]
 
@@ -237,7 +269,9 @@ class FleetHistory:
             left = len(self.reads) - self.next
             for key in {k for r in self.reads[self.next :] for k in r.keys}:
                 self.members[key].failed["not asked"] = f"{left} more {'query' if left == 1 else 'queries'}"
-                if key not in self.done_keys:
+                if self.members[key].reported:  # it decides already: what was read of the rest is taken in
+                    self._catch_up(key)
+                elif key not in self.done_keys:
                     self.done_keys.append(key)
             self.next = len(self.reads)
 
@@ -247,7 +281,8 @@ class FleetHistory:
         assert read.owners is not None
         workloads = [self.members[key].workload for key in read.keys]
         if len(workloads) == 1:
-            return [_Read(read.name, series_queries(workloads[0])[read.name], read.span, read.part, read.keys)]
+            query = series_queries(workloads[0])[read.name]
+            return [_Read(read.name, query, read.span, read.part, read.keys, later=read.later)]
         spaces = list(dict.fromkeys(w.target.namespace for w in workloads))
         if len(spaces) > 1:  # whole namespaces, in two halves
             first = set(spaces[: len(spaces) // 2])
@@ -257,25 +292,48 @@ class FleetHistory:
             )
         else:
             halves = workloads[: len(workloads) // 2], workloads[len(workloads) // 2 :]
-        return [_owned_read(read.name, read.group, half, read.span, read.part, len(spaces) > 1) for half in halves]
+        whole = len(spaces) > 1
+        return [_owned_read(read.name, read.group, half, read.span, read.part, whole, read.later) for half in halves]
 
     def _keep(self, key: str, read: _Read, stamps: array[float], values: array[float]) -> None:
         self.members[key].read[read.span][read.name] = (stamps, values)  # one read a workload, series and part
 
     def _arrived(self, key: str, span: int) -> None:
-        """One more read of ``key``'s part ``span`` is in: replay what is complete, oldest first."""
+        """One more read of ``key``'s part ``span`` is in: replay what is complete, in the member's ``order``. A
+        workload decides once all of it is replayed, or with a ``shadow`` its recent part; a member already
+        listed, once its older part is taken in, is done."""
         member = self.members[key]
         member.waiting[span] -= 1
-        while member.replayed < len(member.parts) and member.waiting[member.replayed] == 0:
-            self._replay(member, member.replayed)
-            member.replayed += 1
-        if member.replayed == len(member.parts) and key not in self.done_keys:
+        order = member.order
+        while not member.complete and member.waiting[order[member.replayed]] == 0:
+            self._replay(member, order[member.replayed])
+        if member.reported:
+            if member.complete:
+                self._caught_up(key)
+        elif (member.complete or (member.shadow is not None and member.replayed)) and key not in self.done_keys:
             self.done_keys.append(key)
 
+    def _catch_up(self, key: str) -> None:
+        """Take in what was read of a listed member's older part (the reading ended), and let it go."""
+        member = self.members[key]
+        while not member.complete:
+            self._replay(member, member.order[member.replayed])
+        self._caught_up(key)
+
+    def _caught_up(self, key: str) -> None:
+        member = self.members.pop(key)
+        failed = [f"{name}: {why}" for name, why in member.failed.items()]
+        if failed:
+            log.warning("catch-up-incomplete", workload=key, samples=member.outcome.samples, failed=failed)
+        else:
+            log.info("caught-up", workload=key, samples=member.outcome.samples)
+
     def _replay(self, member: _Member, span: int) -> None:
-        """Pass part ``span`` through the policy's ``recommend``, a tick per sample, and let it go. A sample without
-        the count asked for is skipped: it is what a policy's demand is measured against. A policy that fails on its
-        history fails that workload's warm-up alone."""
+        """Pass part ``span`` through the policy's ``recommend``, a tick per sample, and let it go; the part before
+        ``detail_seconds`` through its ``catch_up``, or the ``shadow``'s, which the policy then takes in. A sample
+        without the count asked for is skipped: it is what a policy's demand is measured against. A policy that
+        fails on its history fails that workload's warm-up alone."""
+        member.replayed += 1
         rows: dict[float, dict[str, float]] = {}
         for name, (stamps, values) in member.read[span].items():
             for stamp, value in zip(stamps, values, strict=True):
@@ -283,7 +341,9 @@ class FleetHistory:
         member.read[span] = {}
         names = decided_names(member.workload)
         # Before the policy's detail_seconds, only what reaches back that far is moved (its catch_up).
-        apply = member.policy.catch_up if _coarse(member.policy, member.parts[span]) else member.policy.recommend
+        coarse = _coarse(member.policy, member.parts[span])
+        policy = member.shadow if coarse and member.shadow is not None else member.policy
+        apply = policy.catch_up if coarse else policy.recommend
         try:
             for stamp in sorted(rows):
                 row = rows[stamp]
@@ -291,21 +351,34 @@ class FleetHistory:
                     continue
                 apply(recorded_observation(member.workload, row, stamp + self.to_now, round(current), names))
                 member.outcome.samples += 1
+            if policy is not member.policy:
+                member.policy.absorb(policy)
         except Exception as exc:
             member.failed.setdefault("replay", repr(exc)[:300])
             member.replayed = len(member.parts)
 
     def _finish(self, key: str) -> WarmUp:
-        member = self.members.pop(key)
-        while member.replayed < len(member.parts):  # what was read before the reading ended
-            self._replay(member, member.replayed)
-            member.replayed += 1
-        member.outcome.failed = [f"{name}: {why}" for name, why in member.failed.items()]
-        return member.outcome
+        """A member listed: what its warm-up read so far. It is let go, its parts replayed as far as they were read
+        (the reading ended), unless it catches its older part up apart in later reads."""
+        member = self.members[key]
+        member.reported = True
+        if member.shadow is None or self.done:
+            while not member.complete:  # what was read before the reading ended
+                self._replay(member, member.order[member.replayed])
+        if member.complete:
+            del self.members[key]
+        outcome = WarmUp(member.outcome.samples, [f"{name}: {why}" for name, why in member.failed.items()])
+        return outcome
 
 
 def _owned_read(
-    name: str, group: tuple[str, str, float], workloads: list[Workload], span: int, part: Part, whole: bool = True
+    name: str,
+    group: tuple[str, str, float],
+    workloads: list[Workload],
+    span: int,
+    part: Part,
+    whole: bool = True,
+    later: bool = False,
 ) -> _Read:
     """The read of series ``name`` (``group``: its owned series, the targets' kind, a histogram's quantile) for
     ``workloads``: their namespaces whole, or (not ``whole``) the targets by name, a part of one namespace's."""
@@ -320,6 +393,7 @@ def _owned_read(
         [w.key for w in workloads],
         {(w.target.namespace, w.target.name): w.key for w in workloads},
         group,
+        later,
     )
 
 

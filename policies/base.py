@@ -104,6 +104,10 @@ class Policy(Protocol):
     @property
     def catch_up_signals(self) -> frozenset[str] | None: ...
 
+    def apart(self) -> Policy | None: ...
+
+    def absorb(self, older: Policy) -> None: ...
+
 
 class PolicyBase:
     """The optional members of a policy, with what they mean when a policy leaves them out.
@@ -118,6 +122,11 @@ class PolicyBase:
       that far; by default ``recommend``, its proposal discarded.
     * ``catch_up_signals``: the recorded series ``catch_up`` reads beside the counts (asked for and ready) that
       every tick of history carries; the warm-up reads no other before ``detail_seconds``. None, the default: all.
+    * ``apart()`` and ``absorb(older)``: a copy of the policy with no state, that the history before
+      ``detail_seconds`` is caught up in apart from the recent part, and the taking in of what it learned. The
+      warm-up then passes the recent part first, so that the policy decides from then on, and the older part
+      as it is read, in later ticks. None, the default: the history is passed through the policy in order, and
+      it decides once all of it is.
     * ``resolved()``: the settings the policy runs with, its defaults worked out, for a report; by default none.
     """
 
@@ -149,6 +158,12 @@ class PolicyBase:
     @property
     def catch_up_signals(self) -> frozenset[str] | None:
         return None
+
+    def apart(self) -> Policy | None:
+        return None
+
+    def absorb(self, older: Policy) -> None:
+        raise NotImplementedError
 
 
 def is_latency_quantile(spec: MetricSpec) -> bool:

@@ -490,6 +490,53 @@ def test_workloads_that_read_no_history_or_may_sleep_at_zero_are_warmed_first() 
     assert first["llm/a"] == "warming-up" and "warming-up" not in (first["llm/b"], first["llm/c"])
 
 
+class CatchingUp:
+    """A history still being read for ``keys`` (``FleetHistory``'s face to the controller): each read spends 8 s."""
+
+    def __init__(self, clock: Clock, keys: set[str]) -> None:
+        self.clock, self.keys, self.members = clock, keys, {k: None for k in keys}
+        self.done, self.undecided = False, 0
+
+    def finished(self) -> list[Any]:
+        return []
+
+    def read_next(self, source: Any) -> None:
+        self.clock.now += 8
+
+    def catching_up(self, key: str) -> bool:
+        return key in self.keys
+
+
+@pytest.mark.parametrize(
+    ("proposed", "catching_up", "desired", "reason"),
+    [
+        (3, True, 5, "catching-up"),  # a fall waits for the day
+        (7, True, 7, "steady"),  # a rise does not
+        (3, False, 3, "steady"),  # once the day is in, it falls
+    ],
+)
+def test_a_workload_whose_day_is_still_read_rises_but_does_not_fall(
+    source: FakeSource, proposed: int, catching_up: bool, desired: int, reason: str
+) -> None:
+    """A workload that decides once its last minutes are read, its day still to come (``Policy.apart``): it decides
+    on what it has, which may be hotter than the day's count calls for, so a lower count is held until the day is
+    in; a higher one is written."""
+    from policies.pipeline import Decision
+
+    ticking = Clock()
+    actuator = FakeActuator({"a": state(5)})
+    control = controller(actuator, source, clock=ticking, policy={"type": "predictive"}, minReplicas=1)
+    runtime = control.runtime["llm/a"]
+    runtime.warmed = True
+    runtime.decider.decide = lambda o: Decision(o.now, 5, proposed, proposed, "steady")  # type: ignore[method-assign]
+    control._history = CatchingUp(ticking, {"llm/a"} if catching_up else set())  # type: ignore[assignment]
+    line = control.tick()[0]
+    assert (line["desired"], line["reason"], line["recommended"]) == (desired, reason, proposed)
+    assert actuator.writes == ([] if desired == 5 else [("a", desired)])
+    if reason == "catching-up":
+        assert {c.type: c.reason for c in runtime.conditions}["ScalingLimited"] == "CatchingUp"
+
+
 def test_a_threshold_workload_reads_no_history(source: FakeSource) -> None:
     history = HistorySource()
     history.values = dict(source.values)

@@ -289,6 +289,58 @@ def test_a_followers_day_before_its_trend_reads_only_what_its_catch_up_counts(
     assert lean.state.trend.samples == whole.state.trend.samples
 
 
+def test_a_follower_decides_once_its_minutes_are_read_and_takes_its_day_in_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A follower's day is its budget's count, which sums: its trend's minutes are read and passed first, and it is
+    listed (it decides) while its day is still to be read; the day is then caught up apart and taken in, to the
+    budget and the utilization a reading in order builds (within the minutes counted at the start's utilization)."""
+    import math
+
+    document = workload_doc(
+        metrics=FOLLOWER_METRICS, maxReplicas=40, slo={"ttftSeconds": 2, "target": 0.99}, policy=FOLLOWER
+    )
+    workload = parse_policy_document(document).workloads[0]
+
+    def firsts(t: float) -> float:
+        return 6.0 + 3.0 * math.sin(2 * math.pi * (t - WALL) / 7200)
+
+    series = {
+        "prompt_tokens_per_second": lambda t: 500 * firsts(t),
+        "generation_tokens_per_second": lambda t: 200 * firsts(t),
+        FIRST_TOKENS_RATE: firsts,
+        TTFT_SECONDS_RATE: lambda t: firsts(t) * (0.5 + 0.4 * firsts(t)),  # busier minutes miss more
+        REPLICAS: lambda t: 8,
+        READY_REPLICAS: lambda t: 8,
+    }
+    apart = parse_policy_document(document).decider(workload).policy
+    assert isinstance(apart, PredictivePolicy) and apart.apart() is not None
+    source = RangeSource(workload, series)
+    history = FleetHistory([(workload, apart)], WALL, TO_NOW, 15.0)
+    listed: list[tuple[str, WarmUp]] = []
+    while not listed:
+        history.read_next(source)
+        listed = history.finished()
+    recent = WALL - apart.detail_seconds
+    assert all(start >= recent for _, start, *_ in source.asked) and not history.done
+    assert apart.state.budget is not None and apart.state.budget.span < apart.detail_seconds
+    assert len(apart.state.trend.samples) > 0 and history.undecided == 0
+    while not history.done:
+        history.read_next(source)
+    assert history.finished() == [] and history.members == {}
+    monkeypatch.setattr(PredictivePolicy, "apart", lambda _: None)
+    in_order = parse_policy_document(document).decider(workload).policy
+    assert warm_up(workload, in_order, RangeSource(workload, series), WALL, TO_NOW, 15.0).failed == []
+    for policy in (apart, in_order):
+        assert isinstance(policy, PredictivePolicy) and policy.state.budget is not None
+        assert policy.state.utilization is not None
+    assert apart.state.budget.span > 80_000
+    assert apart.state.budget.first_tokens == pytest.approx(in_order.state.budget.first_tokens, rel=0.002)
+    assert apart.state.budget.misses == pytest.approx(in_order.state.budget.misses, rel=0.002)
+    assert apart.state.utilization.utilization == pytest.approx(in_order.state.utilization.utilization, rel=0.01)
+    assert apart.state.trend.samples == in_order.state.trend.samples
+
+
 class FleetSource:
     """Range queries of many workloads (``owned_query``): for each workload of the namespaces a query names, its
     prompt tokens (100 a second times its number, the digits of its name) and its counts (8). Refuses as Prometheus

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from policies.base import (
     Observation,
+    Policy,
     PolicyBase,
     Proposal,
     WorkloadContext,
@@ -338,6 +339,22 @@ class PredictivePolicy(PolicyBase):
             return
         if self.follows or self._any_metric(observation):
             self._count_budget(observation, learned.budget, None)
+
+    def apart(self) -> Policy | None:
+        """A follower's older history is its budget's count alone, and a count can be summed (``absorb``): it is
+        caught up apart, so that the policy decides once its trend's minutes are read (``autoscaler.warm_up``).
+        A learned capacity or the forecast's spending loop follow the ticks in order, so are not."""
+        return cast(Policy, PredictivePolicy(self.params, self.ctx)) if self.follows and not self.learns else None
+
+    def absorb(self, older: Policy) -> None:
+        """Take in the budget's count of ``older``, ``apart``'s copy given the history before this one's."""
+        assert isinstance(older, PredictivePolicy)
+        if (ledger := older.state.budget) is not None:
+            if self.state.budget is None:
+                self.state.budget = BudgetLedger(ledger.window)
+            self.state.budget.absorb(ledger)
+        if (learned := older.state.utilization) is not None:
+            self._learner().absorb(learned)
 
     @property
     def catch_up_signals(self) -> frozenset[str] | None:
