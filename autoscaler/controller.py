@@ -189,9 +189,15 @@ class Controller:
         """Swap policies atomically; a workload that stays keeps its decision state, a removed one is left
         at its current count."""
         runtime: dict[str, WorkloadRuntime] = {}
+        history = self._history
         for workload in document.workloads:
             previous = self.runtime.get(workload.key)
-            decider = document.decider(workload, previous.decider if previous else None)
+            catching_up = previous is not None and history is not None and history.catching_up(workload.key)
+            decider = document.decider(workload, previous.decider if previous and not catching_up else None)
+            if previous is not None and catching_up:
+                # Its day was still being read: the new policy reads its history afresh, keeping the behavior.
+                decider.restore(replace(previous.decider.snapshot(), policy_type=None, policy_state=None))
+                previous.warmed = False
             if previous is not None:
                 previous.workload, previous.decider = workload, decider
                 runtime[workload.key] = previous

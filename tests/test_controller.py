@@ -537,6 +537,24 @@ def test_a_workload_whose_day_is_still_read_rises_but_does_not_fall(
         assert {c.type: c.reason for c in runtime.conditions}["ScalingLimited"] == "CatchingUp"
 
 
+def test_a_reload_while_a_day_is_read_reads_the_history_again_keeping_the_behavior(source: FakeSource) -> None:
+    """A reload drops a history half read (it was planned for the old policies): a workload still catching its day
+    up would decide on its minutes alone from then on, so its new policy starts afresh and reads it all again; its
+    behavior history (the stabilization window) is kept, as every reload keeps it."""
+    ticking = Clock()
+    control = controller(FakeActuator({"a": state(5)}), source, clock=ticking, policy={"type": "predictive"})
+    runtime = control.runtime["llm/a"]
+    runtime.warmed = True
+    runtime.decider.policy.state.trend.update(1.0, 0.0, 600.0)  # type: ignore[attr-defined]
+    behavior = runtime.decider.behavior_state
+    for catching_up, warmed, trend in ((False, True, 1), (True, False, 0)):
+        control._history = CatchingUp(ticking, {"llm/a"} if catching_up else set())  # type: ignore[assignment]
+        control.apply_document(control.document)
+        runtime = control.runtime["llm/a"]
+        assert runtime.warmed is warmed and len(runtime.decider.policy.state.trend.samples) == trend  # type: ignore[attr-defined]
+        assert runtime.decider.behavior_state is behavior
+
+
 def test_a_threshold_workload_reads_no_history(source: FakeSource) -> None:
     history = HistorySource()
     history.values = dict(source.values)

@@ -242,18 +242,13 @@ FOLLOWER_METRICS = [
 ]
 
 
-def test_a_followers_day_before_its_trend_reads_only_what_its_catch_up_counts(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The default a file given only an slo is written with: before its trend's window only the budget's series and
-    the counts are read (``catch_up_signals``), and the state is the one reading every series builds (the budget,
-    the utilization it moved, the trend); a follower counts its budget whether a metric is there or not."""
+def _follower() -> tuple[dict[str, Any], Workload, dict[str, Any]]:
+    """The follower's file, its workload, and two hours' swing of traffic whose busier minutes miss more."""
     import math
 
     document = workload_doc(
         metrics=FOLLOWER_METRICS, maxReplicas=40, slo={"ttftSeconds": 2, "target": 0.99}, policy=FOLLOWER
     )
-    workload = parse_policy_document(document).workloads[0]
 
     def firsts(t: float) -> float:
         return 6.0 + 3.0 * math.sin(2 * math.pi * (t - WALL) / 7200)
@@ -264,10 +259,20 @@ def test_a_followers_day_before_its_trend_reads_only_what_its_catch_up_counts(
         "num_requests_waiting": lambda t: max(0.0, firsts(t) - 7),
         "kv_cache_usage_perc": lambda t: firsts(t) / 10,
         FIRST_TOKENS_RATE: firsts,
-        TTFT_SECONDS_RATE: lambda t: firsts(t) * (0.5 + 0.4 * firsts(t)),  # busier minutes wait longer
+        TTFT_SECONDS_RATE: lambda t: firsts(t) * (0.5 + 0.4 * firsts(t)),
         REPLICAS: lambda t: 8,
         READY_REPLICAS: lambda t: 8,
     }
+    return document, parse_policy_document(document).workloads[0], series
+
+
+def test_a_followers_day_before_its_trend_reads_only_what_its_catch_up_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default a file given only an slo is written with: before its trend's window only the budget's series and
+    the counts are read (``catch_up_signals``), and the state is the one reading every series builds (the budget,
+    the utilization it moved, the trend); a follower counts its budget whether a metric is there or not."""
+    document, workload, series = _follower()
     warmed = []
     for signals in ("declared", None):  # as the policy says; every series
         policy = parse_policy_document(document).decider(workload).policy
@@ -295,24 +300,7 @@ def test_a_follower_decides_once_its_minutes_are_read_and_takes_its_day_in_after
     """A follower's day is its budget's count, which sums: its trend's minutes are read and passed first, and it is
     listed (it decides) while its day is still to be read; the day is then caught up apart and taken in, to the
     budget and the utilization a reading in order builds (within the minutes counted at the start's utilization)."""
-    import math
-
-    document = workload_doc(
-        metrics=FOLLOWER_METRICS, maxReplicas=40, slo={"ttftSeconds": 2, "target": 0.99}, policy=FOLLOWER
-    )
-    workload = parse_policy_document(document).workloads[0]
-
-    def firsts(t: float) -> float:
-        return 6.0 + 3.0 * math.sin(2 * math.pi * (t - WALL) / 7200)
-
-    series = {
-        "prompt_tokens_per_second": lambda t: 500 * firsts(t),
-        "generation_tokens_per_second": lambda t: 200 * firsts(t),
-        FIRST_TOKENS_RATE: firsts,
-        TTFT_SECONDS_RATE: lambda t: firsts(t) * (0.5 + 0.4 * firsts(t)),  # busier minutes miss more
-        REPLICAS: lambda t: 8,
-        READY_REPLICAS: lambda t: 8,
-    }
+    document, workload, series = _follower()
     apart = parse_policy_document(document).decider(workload).policy
     assert isinstance(apart, PredictivePolicy) and apart.apart() is not None
     source = RangeSource(workload, series)
