@@ -152,8 +152,8 @@ class FleetHistory:
     A policy whose older history can be caught up apart (``Policy.apart``: the default that follows its work, whose
     day is its budget's count) is listed once its recent part is read and passed, and decides from then on; its
     older part is read after every workload's recent one, caught up in the copy, and taken in (``absorb``) as it
-    arrives, logged ``caught-up``. Ten thousand such workloads decide within a tick or two of a start where they
-    waited minutes for their day (docs/decisions/daemon-scale.md)."""
+    arrives, logged ``caught-up``. Ten thousand such workloads decide from the second or third tick of a start,
+    where they waited some twenty ticks for their day (docs/decisions/daemon-scale.md)."""
 
     def __init__(self, members: Sequence[tuple[Workload, Policy]], wall: float, to_now: float, interval: float) -> None:
         self.wall, self.to_now = wall, to_now
