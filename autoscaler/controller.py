@@ -232,7 +232,10 @@ class Controller:
             self._restore(wall, now)
         elif not self.leading():
             self.restored = False  # a leader again later reads what the leader meanwhile wrote
-        self._warm_some(runtimes, wall, now)
+        # With only days left to catch up (every workload decides), the reading waits until the decisions are made.
+        catching_up = self._history is not None and self._history.undecided == 0
+        if not catching_up:
+            self._warm_some(runtimes, wall, now)
         read = self.actuator.read_many([r.workload.target for r in runtimes])
         states = [read[target_key(r.workload.target)] for r in runtimes]
         observed = self.observer.collect(wall)
@@ -252,6 +255,8 @@ class Controller:
                     {"workload": key, "reason": "workload-failed", "detail": repr(exc)[:300], "applied": False}
                 )
         self._commit_all()
+        if catching_up:
+            self._warm_some(runtimes, wall, now)
         self.prometheus_ok = any(not m.all_failed for m in observed.values()) or not observed
         self.records = self._records(lines, wall, now)
         if self._writes_state():

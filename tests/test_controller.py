@@ -528,10 +528,18 @@ def test_a_workload_whose_day_is_still_read_rises_but_does_not_fall(
     control = controller(actuator, source, clock=ticking, policy={"type": "predictive"}, minReplicas=1)
     runtime = control.runtime["llm/a"]
     runtime.warmed = True
-    runtime.decider.decide = lambda o: Decision(o.now, 5, proposed, proposed, "steady")  # type: ignore[method-assign]
+    decided_at = []
+
+    def decide(o: Any) -> Decision:
+        decided_at.append(o.now)
+        return Decision(o.now, 5, proposed, proposed, "steady")
+
+    runtime.decider.decide = decide  # type: ignore[method-assign]
     control._history = CatchingUp(ticking, {"llm/a"} if catching_up else set())  # type: ignore[assignment]
+    started = ticking.now
     line = control.tick()[0]
     assert (line["desired"], line["reason"], line["recommended"]) == (desired, reason, proposed)
+    assert decided_at == [started] and ticking.now > started  # every workload decides: the day is read after
     assert actuator.writes == ([] if desired == 5 else [("a", desired)])
     if reason == "catching-up":
         assert {c.type: c.reason for c in runtime.conditions}["ScalingLimited"] == "CatchingUp"
