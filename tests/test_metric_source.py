@@ -346,7 +346,8 @@ def test_the_lean_parse_equals_the_whole_answers(series: list[Any], indent: int 
 )
 def test_range_answers(fake: FakePrometheus, status: int, body: bytes, failure: Failure | None, detail: str) -> None:
     fake.raw, fake.answer = body, (status, {})
-    answer = _source(fake.url).query_ranges("q", 0.4, 120.6, 15)
+    answer = _source(fake.url).query_ranges("q", 0.4, 120.6, 8.64)  # a day read 10,000 points apart at 5 s
     assert answer.failure == failure and detail in answer.detail
     assert [list(s.values) for s in answer.series] == ([[4.0]] if failure is None else [])
-    assert fake.paths[-1].startswith("/api/v1/query_range?") and "start=0&end=121&step=15s" in fake.paths[-1]
+    # Whole seconds as the client sends them; the step a float of seconds ("8.64s" is no Prometheus duration).
+    assert fake.paths[-1].startswith("/api/v1/query_range?") and fake.paths[-1].endswith("start=0&end=121&step=8.64")
