@@ -16,7 +16,7 @@ from autoscaler.metrics.prometheus import PrometheusSource
 from autoscaler.metrics.source import Failure, QueryResult
 from autoscaler.observer import Observer
 from autoscaler.testing.servers import PrometheusServer, VllmExporter, wait_for
-from autoscaler.warm_up import warm_up
+from autoscaler.warm_up import FleetHistory, warm_up
 from policies.base import Observation
 from policies.histogram import PROMPT_TOKEN_BUCKETS
 from policies.pipeline import Reason
@@ -588,3 +588,55 @@ def test_a_starting_daemon_warms_its_policy_from_prometheus_history(
     assert outcome.failed == [] and outcome.samples >= 5
     since = [round(demand, 6) for at, demand in policy.state.trend.samples if at >= start]
     assert len(since) >= 4 and set(since) == {6.0}  # 12 waiting requests over a target of 2: the larger demand
+
+
+def test_a_follower_decides_on_its_last_seconds_and_takes_the_rest_of_its_day_in_after(
+    exporter: VllmExporter, prometheus: PrometheusServer
+) -> None:
+    """The default that follows its work, warmed through a real Prometheus's range API: listed (it decides) once its
+    trend's window is read, the rest of its day still to be asked; then the rest is read, caught up apart and taken
+    in: the budget holds first tokens from before the trend's window (``Policy.apart``, ``autoscaler.warm_up``)."""
+    exporter.set_pods(NS, NAME, waiting=[0, 0], kv=[0.1, 0.1])
+    born = time.time()
+    for pod in exporter.pods[(NS, NAME)]:
+        labels = {"namespace": NS, "pod": pod, "model_name": "meta-llama/Meta-Llama-3-70B-Instruct", "engine": "0"}
+        for metric, per_second in (
+            ("vllm:prompt_tokens_total", 1000.0),
+            ("vllm:generation_tokens_total", 300.0),
+            ("vllm:time_to_first_token_seconds_count", 2.0),
+            ("vllm:time_to_first_token_seconds_sum", 1.2),
+        ):
+            exporter.set(metric, lambda rate=per_second: rate * (time.time() - born), **labels)
+    budget = {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5, "spend": True}
+    utilization = {"start": 0.7, "prefillTokensPerSecond": 1000, "decodeTokensPerSecond": 300}
+    document = parse_policy_document(
+        {
+            **_document(prometheus.url).model_dump(by_alias=True, exclude_none=True),
+            "interval": 1,
+        }
+    )
+    policy_block = {
+        "type": "predictive",
+        "trend": {"windowSeconds": 6},
+        "learnedHeadroom": {"budget": budget},
+        "utilization": utilization,
+    }
+    raw = document.model_dump(by_alias=True, exclude_none=True)
+    raw["workloads"][0] |= {"policy": policy_block, "slo": {"ttftSeconds": 2, "target": 0.99}}
+    document = parse_policy_document(raw)
+    workload = document.workloads[0]
+    source = PrometheusSource(document.prometheus)
+    wait_for(lambda: time.time() - born > 35, 45, "thirty-five seconds of samples")
+    policy: Any = document.decider(workload).policy
+    assert policy.apart() is not None and policy.detail_seconds == 6
+    history = FleetHistory([(workload, policy)], time.time(), 0.0, 1.0)
+    listed: list[Any] = []
+    while not listed:
+        history.read_next(source)
+        listed = history.finished()
+    assert listed[0][1].failed == [] and history.catching_up(KEY) and not history.done
+    recent = policy.state.budget.first_tokens
+    assert policy.state.budget.span <= 6 and recent > 0
+    while not history.done:
+        history.read_next(source)
+    assert history.members == {} and policy.state.budget.span > 6 and policy.state.budget.first_tokens > recent
