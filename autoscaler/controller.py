@@ -306,9 +306,11 @@ class Controller:
             now, state.replicas, metrics.values, state.ready, metrics.activation, metrics.activity
         )
         decision = runtime.decider.decide(observation)
-        if decision.desired < state.replicas and self._history is not None and self._history.catching_up(key):
-            # Its day is still being read (autoscaler.warm_up): it may rise, not fall, until the day is in.
-            decision = replace(decision, desired=state.replicas, reason=CATCHING_UP)
+        floor = min(max(state.replicas, workload.min_replicas), workload.max_replicas)
+        if decision.desired < floor and self._history is not None and self._history.catching_up(key):
+            # Its day is still being read (autoscaler.warm_up): it may rise, not fall, until the day is in (its bounds
+            # still hold: a count above maxReplicas goes to it).
+            decision = replace(decision, desired=floor, reason=CATCHING_UP)
         self._count_slo(runtime, decision)
         self._metrics_events(runtime, decision, metrics, state)
         return self._act(runtime, state, decision, line)

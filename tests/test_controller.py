@@ -508,15 +508,16 @@ class CatchingUp:
 
 
 @pytest.mark.parametrize(
-    ("proposed", "catching_up", "desired", "reason"),
+    ("current", "proposed", "catching_up", "desired", "reason"),
     [
-        (3, True, 5, "catching-up"),  # a fall waits for the day
-        (7, True, 7, "steady"),  # a rise does not
-        (3, False, 3, "steady"),  # once the day is in, it falls
+        (5, 3, True, 5, "catching-up"),  # a fall waits for the day
+        (5, 7, True, 7, "steady"),  # a rise does not
+        (5, 3, False, 3, "steady"),  # once the day is in, it falls
+        (9, 3, True, 8, "catching-up"),  # above maxReplicas: to it, no further
     ],
 )
 def test_a_workload_whose_day_is_still_read_rises_but_does_not_fall(
-    source: FakeSource, proposed: int, catching_up: bool, desired: int, reason: str
+    source: FakeSource, current: int, proposed: int, catching_up: bool, desired: int, reason: str
 ) -> None:
     """A workload that decides once its last minutes are read, its day still to come (``Policy.apart``): it decides
     on what it has, which may be hotter than the day's count calls for, so a lower count is held until the day is
@@ -524,7 +525,7 @@ def test_a_workload_whose_day_is_still_read_rises_but_does_not_fall(
     from policies.pipeline import Decision
 
     ticking = Clock()
-    actuator = FakeActuator({"a": state(5)})
+    actuator = FakeActuator({"a": state(current)})
     control = controller(actuator, source, clock=ticking, policy={"type": "predictive"}, minReplicas=1)
     runtime = control.runtime["llm/a"]
     runtime.warmed = True
@@ -532,7 +533,7 @@ def test_a_workload_whose_day_is_still_read_rises_but_does_not_fall(
 
     def decide(o: Any) -> Decision:
         decided_at.append(o.now)
-        return Decision(o.now, 5, proposed, proposed, "steady")
+        return Decision(o.now, current, proposed, proposed, "steady")
 
     runtime.decider.decide = decide  # type: ignore[method-assign]
     control._history = CatchingUp(ticking, {"llm/a"} if catching_up else set())  # type: ignore[assignment]
@@ -540,7 +541,7 @@ def test_a_workload_whose_day_is_still_read_rises_but_does_not_fall(
     line = control.tick()[0]
     assert (line["desired"], line["reason"], line["recommended"]) == (desired, reason, proposed)
     assert decided_at == [started] and ticking.now > started  # every workload decides: the day is read after
-    assert actuator.writes == ([] if desired == 5 else [("a", desired)])
+    assert actuator.writes == ([] if desired == current else [("a", desired)])
     if reason == "catching-up":
         assert {c.type: c.reason for c in runtime.conditions}["ScalingLimited"] == "CatchingUp"
 
