@@ -161,6 +161,10 @@ class BudgetLedger:
         self.first_tokens += first_tokens
         self.misses += misses
         self.last = now
+        self._forget(now)
+
+    def _forget(self, now: float) -> None:
+        """Let go the buckets whose first tick is a window older than ``now``."""
         while self.starts and self.starts[0] <= now - self.window:
             self.first_tokens -= self.tokens.pop(0)
             self.misses -= self.missed.pop(0)
@@ -188,10 +192,7 @@ class BudgetLedger:
         self.first_tokens += older.first_tokens
         self.misses += older.misses
         assert self.last is not None
-        while self.starts and self.starts[0] <= self.last - self.window:
-            self.first_tokens -= self.tokens.pop(0)
-            self.misses -= self.missed.pop(0)
-            del self.starts[0]
+        self._forget(self.last)
 
     @property
     def span(self) -> float:
