@@ -79,7 +79,7 @@ class UtilizationLearner:
     exposure: array[float] = field(default_factory=lambda: array("d", [0.0] * SLOTS))
     tokens: array[float] = field(default_factory=lambda: array("d", [0.0] * SLOTS))  # the first tokens alone
     first: float | None = None  # the first tick counted: what the budget has been earned over
-    last: float | None = None  # the last
+    last: float | None = None  # the last tick the utilization was worked out at
     # The other slots' sums within the day, worked out once an hour: a tick adds its own slot alone.
     _summed_for: int = -1
     _other_misses: float = 0.0
@@ -115,8 +115,7 @@ class UtilizationLearner:
         for slot, hour in enumerate(older.hours):
             if hour == EMPTY or self.hours[slot] > hour:
                 continue
-            if self.hours[slot] != hour:
-                self.hours[slot], self.misses[slot], self.exposure[slot], self.tokens[slot] = hour, 0.0, 0.0, 0.0
+            self._claim(slot, hour)
             self.misses[slot] += older.misses[slot]
             self.exposure[slot] += older.exposure[slot]
             self.tokens[slot] += older.tokens[slot]
@@ -128,14 +127,18 @@ class UtilizationLearner:
         """Count a tick's first tokens and estimated misses at the utilization in use, and return the new one."""
         hour = int(now // BUCKET_S)
         slot = hour % SLOTS
-        if self.hours[slot] != hour:  # a new hour: the one a day before leaves its slot
-            self.hours[slot], self.misses[slot], self.exposure[slot], self.tokens[slot] = hour, 0.0, 0.0, 0.0
+        self._claim(slot, hour)
         self.misses[slot] += misses
         self.exposure[slot] += first_tokens * self.utilization**ELASTICITY
         self.tokens[slot] += first_tokens
         if self.first is None:
             self.first = now
         return self._settle(now)
+
+    def _claim(self, slot: int, hour: int) -> None:
+        """``slot`` for ``hour``: emptied when it held another (a new hour: the one a day before leaves it)."""
+        if self.hours[slot] != hour:
+            self.hours[slot], self.misses[slot], self.exposure[slot], self.tokens[slot] = hour, 0.0, 0.0, 0.0
 
     def _settle(self, now: float) -> float:
         """The utilization the day's count calls for at ``now``, within its bounds."""
