@@ -315,10 +315,13 @@ class FleetHistory:
 
     def _catch_up(self, key: str) -> None:
         """Take in what was read of a listed member's older part (the reading ended), and let it go."""
-        member = self.members[key]
+        self._replay_rest(self.members[key])
+        self._caught_up(key)
+
+    def _replay_rest(self, member: _Member) -> None:
+        """Replay the parts not yet replayed, as far as they were read (the reading ended)."""
         while not member.complete:
             self._replay(member, member.order[member.replayed])
-        self._caught_up(key)
 
     def _caught_up(self, key: str) -> None:
         member = self.members.pop(key)
@@ -363,8 +366,7 @@ class FleetHistory:
         member = self.members[key]
         member.reported = True
         if member.shadow is None or self.done:
-            while not member.complete:  # what was read before the reading ended
-                self._replay(member, member.order[member.replayed])
+            self._replay_rest(member)
         if member.complete:
             del self.members[key]
         outcome = WarmUp(member.outcome.samples, [f"{name}: {why}" for name, why in member.failed.items()])
