@@ -576,12 +576,11 @@ def bench_range_parse(series: int = 1000, points: int = 1380) -> dict[str, Any]:
     once). ``warm_up.BATCH_POINTS`` is set from it. The time of one read, then tracemalloc's peak over another, over
     the answer's points. ``main`` runs it in a child process: the answer built here would stay in the bench
     process's resident memory, which ``daemon_rss_mib`` reads after it."""
-    import threading
     import tracemalloc
     from datetime import UTC, datetime
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from autoscaler.metrics.prometheus import PrometheusSource
+    from autoscaler.testing.servers import serve_page
     from policies.policy_file import PrometheusConfig
 
     rng = random.Random(1)
@@ -596,19 +595,7 @@ def bench_range_parse(series: int = 1000, points: int = 1380) -> dict[str, Any]:
     body = json.dumps(answer, separators=(",", ":")).encode()
     del answer, result
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, _ = serve_page(lambda: body, "application/json")
     source = PrometheusSource(PrometheusConfig(url=f"http://127.0.0.1:{server.server_address[1]}", timeout=60))
     total = series * points
     reads: dict[str, Callable[[], object]] = {

@@ -37,11 +37,7 @@ class HealthServer:
                     self._send(404, b"not found\n", "text/plain; charset=utf-8")
 
             def _send(self, status: int, body: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send(self, status, body, content_type)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -57,3 +53,12 @@ class HealthServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def send(handler: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str) -> None:
+    """Answer ``handler``'s request with ``body``, its type and length said."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

@@ -17,6 +17,8 @@ from typing import Any
 
 import requests
 
+from autoscaler.server import send
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -35,6 +37,24 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "c
             return last
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def serve_page(
+    render: Callable[[], bytes], content_type: str, port: int = 0
+) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """A local HTTP server that answers every GET with ``render()``, serving on a daemon thread (port 0: any free)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            send(self, 200, render(), content_type)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, thread
 
 
 class Unavailable(RuntimeError):
@@ -88,24 +108,8 @@ class VllmExporter:
         self.pods: dict[tuple[str, str], list[str]] = {}
         self.stamps: dict[tuple[str, str], float] = {}  # (namespace, pod): the samples' own time, Unix seconds
         self.lock = threading.Lock()
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = exporter.render().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.server, self.thread = serve_page(lambda: self.render().encode(), "text/plain; version=0.0.4", free_port())
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
 
     def set(self, metric: str, value: float | Callable[[], float], **labels: str) -> None:
         """A value, or a function of time (for counters that grow)."""
