@@ -1,11 +1,12 @@
 """One tick's observations for every workload, with as few Prometheus requests as possible.
 
 A metric with its own ``query`` is sent as is, each distinct query once however many workloads share it.
-A built-in metric without one is batched: one query per metric name covers every workload, grouped by
-namespace and pod, and each workload takes its own pods from the result exactly as its default query would
-select and aggregate them (``metrics.queries.default_query``). So a tick over a thousand workloads costs a
-handful of requests. Two more date the samples: one the pods' (``stalenessSeconds`` for built-in metrics), one
-the selectors of every custom query (``metrics.freshness``).
+A built-in metric without one is batched: one query per metric name and target kind covers every workload, its
+pods grouped by the owner their names say on the server, each workload's series what its default query gives
+(``metrics.queries.batched_query``, ``default_query``). So a tick over ten thousand workloads costs a handful of
+requests. Two more date the samples: one the pods' (``stalenessSeconds`` for built-in metrics: a stale pod is left
+out of the batches, and a workload whose every pod is stale held), one the selectors of every custom query
+(``metrics.freshness``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from autoscaler.logs import get_logger
 from autoscaler.metrics.freshness import LABEL, selectors
 from autoscaler.metrics.freshness import freshness_query as custom_freshness_query
 from autoscaler.metrics.queries import (
+    OWNER,
     aggregate,
     batch_key,
     batched_query,
@@ -32,6 +34,8 @@ from policies.metric_names import ACTIVITY_METRICS
 from policies.policy_file import PolicyFile, Workload
 
 log = get_logger("autoscaler.observer")
+Batch = tuple[str, str]  # a batched query's: the metric's ``batch_key``, the targets' kind
+Owned = dict[tuple[str, str], list[tuple[dict[str, str], float]]]  # a batch's series by (namespace, target name)
 
 
 @dataclass(frozen=True)
@@ -59,17 +63,25 @@ class Observer:
         self.extras = {w.key: w.extra_signals for w in document.workloads if w.extra_signals}
         for key, extra in self.extras.items():
             self.batched[key] = list(dict.fromkeys([*self.batched[key], *extra]))
-        namespaces: dict[str, list[str]] = {}
+        namespaces: dict[Batch, list[str]] = {}
         for workload in document.workloads:
             for name in self.batched[workload.key]:
-                namespaces.setdefault(batch_key(name), []).append(workload.target.namespace)
-        self.batches = {key: batched_query(key, spaces) for key, spaces in namespaces.items()}
-        every = sorted({n for spaces in namespaces.values() for n in spaces})
-        self.freshness = freshness_query(every) if every else None
+                namespaces.setdefault((batch_key(name), workload.target.kind), []).append(workload.target.namespace)
         self.staleness = float(document.prometheus.staleness_seconds)
+        self.batches = {(key, kind): batched_query(key, spaces, kind) for (key, kind), spaces in namespaces.items()}
+        # The same without the pods whose samples are stale, asked instead on a tick that finds some: the costlier
+        # query (twice Prometheus's time at 20,000 pods) only then.
+        self.fresh_batches = {
+            (key, kind): batched_query(key, spaces, kind, freshness_query(spaces, self.staleness))
+            for (key, kind), spaces in namespaces.items()
+        }
+        every = sorted({n for spaces in namespaces.values() for n in spaces})
+        self.freshness = freshness_query(every, self.staleness) if every else None
         self._custom_ages()
         self.last_latencies: list[float] = []  # one per request of the last collect
-        self.ages: dict[tuple[str, str], float] = {}  # (namespace, pod): its newest sample's age at the last collect
+        # (namespace, is a StatefulSet, name): the age of the newest sample of a workload's stale pods, at the last
+        # collect; only workloads with a stale pod are here
+        self.stale: dict[tuple[str, bool, str], float] = {}
 
     def _custom_ages(self) -> None:
         """The selectors each custom query reads, for the one request a tick that dates them (``metrics.freshness``)."""
@@ -111,15 +123,19 @@ class Observer:
             dated = self.source.query_vector(self.custom_freshness, now)
             newest = {int(x.labels[LABEL]): x.value for x in dated.samples if x.labels.get(LABEL, "").isdigit()}
             custom = {q: self._dated(q, r, newest, now) for q, r in custom.items()}
-        vectors = {key: self.source.query_vector(query, now) for key, query in self.batches.items()}
-        by_pod = {key: self._index(vector) for key, vector in vectors.items()}
+        fresh = self.source.query_vector(self.freshness, now) if self.freshness is not None else None
+        batches = self.fresh_batches if fresh is not None and fresh.samples else self.batches  # stale pods left out
+        vectors = {key: self.source.query_vector(query, now) for key, query in batches.items()}
+        owned = {key: self._index(vector) for key, vector in vectors.items()}
         self.last_latencies = [r.latency_s for r in custom.values()] + [v.latency_s for v in vectors.values()]
-        self.ages = {}
-        if self.freshness is not None:
-            fresh = self.source.query_vector(self.freshness, now)
+        self.stale = {}
+        if fresh is not None:
             self.last_latencies.append(fresh.latency_s)
             for sample in fresh.samples:
-                self.ages[(sample.labels.get("namespace", ""), sample.labels.get("pod", ""))] = now - sample.value
+                namespace, age = sample.labels.get("namespace", ""), now - sample.value
+                for stateful, owner in pod_owners(sample.labels.get("pod", "")):
+                    whose = (namespace, stateful, owner)
+                    self.stale[whose] = min(age, self.stale.get(whose, age))
         observed: dict[str, WorkloadMetrics] = {}
         for key, workload in self.workloads.items():
             values: dict[str, float | None] = {}
@@ -128,8 +144,7 @@ class Observer:
                 if metric.query:
                     result = custom[metric.query]
                 else:
-                    batch = batch_key(metric.name)
-                    result = self._from_batch(workload, metric.name, vectors[batch], by_pod[batch])
+                    result = self._from_batch(workload, metric.name, vectors, owned)
                 values[metric.name] = result.value
                 if not result.ok and not no_requests(metric, result.value):  # no load, not a failure (metric_value)
                     failures[metric.name] = result
@@ -142,11 +157,10 @@ class Observer:
                         query=self.queries[key][metric.name],
                     )
             for name in self.extras.get(key, ()):  # no value only pauses what it feeds: no failure, no warning
-                batch = batch_key(name)
-                values[name] = self._from_batch(workload, name, vectors[batch], by_pod[batch]).value
+                values[name] = self._from_batch(workload, name, vectors, owned).value
             observed[key] = WorkloadMetrics(values, failures)
             if key in self.activations:
-                observed[key] = self._with_activation(workload, observed[key], custom, vectors, by_pod)
+                observed[key] = self._with_activation(workload, observed[key], custom, vectors, owned)
         return observed
 
     def _with_activation(
@@ -154,8 +168,8 @@ class Observer:
         workload: Workload,
         metrics: WorkloadMetrics,
         custom: Mapping[str, QueryResult],
-        vectors: dict[str, VectorResult],
-        by_pod: dict[str, dict[tuple[str, bool, str], list[tuple[dict[str, str], float]]]],
+        vectors: dict[Batch, VectorResult],
+        owned: dict[Batch, Owned],
     ) -> WorkloadMetrics:
         """The activation query's value, and the replicas' activity: no series for a pod that has one (a
         zero-replica fleet, a scrape that failed) is no value, never "no requests"."""
@@ -170,48 +184,40 @@ class Observer:
                 detail=gateway.detail,
                 query=self.activations[workload.key],
             )
-        activity = replica_activity(
-            self._from_batch(workload, name, vectors[batch_key(name)], by_pod[batch_key(name)]).value
-            for name in ACTIVITY_METRICS
-        )
+        activity = replica_activity(self._from_batch(workload, name, vectors, owned).value for name in ACTIVITY_METRICS)
         return replace(metrics, activation=gateway.value, activity=activity)
 
-    def _age(self, namespace: str, labels: dict[str, str]) -> float:
-        """A pod's newest sample's age; 0 where the freshness query said nothing of it (no evidence of age)."""
-        return self.ages.get((namespace, labels.get("pod", "")), 0.0)
-
     @staticmethod
-    def _index(vector: VectorResult) -> dict[tuple[str, bool, str], list[tuple[dict[str, str], float]]]:
-        """The samples by the workload each pod's name says it belongs to (``pod_owners``), so that a workload finds
-        its pods in one lookup: scanning a namespace's pods for each of its workloads cost 10,000 workloads in
-        100 namespaces four million regex matches a tick."""
-        index: dict[tuple[str, bool, str], list[tuple[dict[str, str], float]]] = {}
+    def _index(vector: VectorResult) -> Owned:
+        """A batch's series by workload (``batched_query`` answers one a workload, or one a bucket)."""
+        index: Owned = {}
         for sample in vector.samples:
-            namespace = sample.labels.get("namespace", "")
-            for stateful, owner in pod_owners(sample.labels.get("pod", "")):
-                index.setdefault((namespace, stateful, owner), []).append((sample.labels, sample.value))
+            labels = sample.labels
+            index.setdefault((labels.get("namespace", ""), labels.get(OWNER, "")), []).append((labels, sample.value))
         return index
 
     def _from_batch(
-        self,
-        workload: Workload,
-        name: str,
-        vector: VectorResult,
-        index: dict[tuple[str, bool, str], list[tuple[dict[str, str], float]]],
+        self, workload: Workload, name: str, vectors: dict[Batch, VectorResult], owned: dict[Batch, Owned]
     ) -> QueryResult:
+        """A workload's value of built-in metric ``name`` from its batch's answer; without one, why not: every pod
+        stale, or no series."""
+        target = workload.target
+        batch = (batch_key(name), target.kind)
+        vector = vectors[batch]
         if vector.failure is not None:
             return QueryResult(None, vector.failure, vector.detail, latency_s=vector.latency_s)
-        target = workload.target
-        namespace = target.namespace
-        mine = index.get((namespace, target.kind == "StatefulSet", target.name), [])
-        fresh = [(lab, v) for lab, v in mine if self._age(namespace, lab) <= self.staleness]
-        if mine and not fresh:
-            oldest = min(self._age(namespace, lab) for lab, _ in mine)
-            detail = (
-                f"the newest sample of the workload's pods is {oldest:.0f} s old (stalenessSeconds {self.staleness:g})"
-            )
+        mine = owned[batch].get((target.namespace, target.name), [])
+        age = self.stale.get((target.namespace, target.kind == "StatefulSet", target.name))
+        if not mine and age is not None:  # its stale pods were left out, and no other has a series
+            detail = f"the newest sample of the workload's pods is {age:.0f} s old"
+            detail += f" (stalenessSeconds {self.staleness:g})"
             return QueryResult(None, Failure.STALE, detail, latency_s=vector.latency_s)
-        mine = fresh
+        return self._aggregate(workload, name, mine, vector)
+
+    @staticmethod
+    def _aggregate(
+        workload: Workload, name: str, mine: list[tuple[dict[str, str], float]], vector: VectorResult
+    ) -> QueryResult:
         value = aggregate(name, mine, quantile_of(name, workload))
         if value is None:
             detail = "no series for the workload's pods" if not mine else "the histogram has no observations"

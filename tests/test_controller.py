@@ -250,12 +250,11 @@ class BudgetSource(FakeSource):
         return {q: QueryResult(value(q)) for q in queries}
 
     def query_vector(self, query: str, now: float) -> VectorResult:
-        """One pod's series, as a batched query (``metrics.queries.batched_query``) gives it."""
-        pod = {"namespace": "llm", "pod": "a-5d9c7f-x2x9q"}
-        if "timestamp(" in query:
-            return VectorResult([Sample(pod, now)])
+        """Workload ``a``'s series, as a batched query (``metrics.queries.batched_query``) gives it; no stale pod."""
+        if query.startswith("(max by (namespace, pod) (timestamp("):  # the stale pods (``freshness_query``)
+            return VectorResult([])
         found = next(iter(self.query([query], now).values())).value
-        return VectorResult([] if found is None else [Sample(pod, found)])
+        return VectorResult([] if found is None else [Sample({"namespace": "llm", "owner": "a"}, found)])
 
 
 def test_a_budget_the_policy_counts_is_exported_for_the_burn_alert() -> None:

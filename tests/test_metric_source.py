@@ -174,30 +174,42 @@ def test_workloads_share_one_batched_request_per_metric() -> None:
     document = parse_policy_document({"workloads": workloads})
 
     class Source:
-        sent: list[str] = []
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+            self.stale = False  # app1's two pods
 
         def query(self, queries: object, now: float) -> dict[str, object]:
             return {}
 
         def query_vector(self, query: str, now: float) -> VectorResult:
+            """Each workload's series as a batch answers it, by owner (2 pods waiting 3 each, the cache half full);
+            app1's pods stale if so told, and then left out of a batch that leaves the stale pods out."""
             self.sent.append(query)
-            value = 3.0 if "waiting" in query else 0.5
-            return VectorResult(
-                [
-                    Sample({"namespace": f"ns{i % 3}", "pod": f"app{i}-5f7c9d8b6-x{j}k2z"}, value)
-                    for i in range(50)
-                    for j in range(2)
-                ]
-            )
+            if query.startswith("(max by (namespace, pod) (timestamp("):
+                pods = [{"namespace": "ns1", "pod": f"app1-5f7c9d8b6-x{j}k2z"} for j in (0, 1)]
+                return VectorResult([Sample(pod, -45.0) for pod in pods] if self.stale else [])
+            value = 0.5 if "kv_cache_usage_perc" in query else 6.0
+            left_out = {1} if "unless on (namespace, pod)" in query else set()
+            series = [Sample({"namespace": f"ns{i % 3}", "owner": f"app{i}"}, value) for i in range(50)]
+            return VectorResult([s for i, s in enumerate(series) if i not in left_out])
 
     source = Source()
     observer = Observer(document, source)  # type: ignore[arg-type]
     observed = observer.collect(0.0)
-    assert len(source.sent) == 3  # one per metric, and one for the pods' sample times
+    assert len(source.sent) == 3  # one per metric, and one for the stale pods
     assert len(observer.last_latencies) == 3  # one query latency per request, not per workload
     assert observed["ns1/app1"].values == {"num_requests_waiting": 6.0, "gpu_cache_usage_perc": 0.5}
-    # app1's selector must not take app10..app19's pods.
     assert all(m.values["num_requests_waiting"] == 6.0 for m in observed.values())
+    assert not any("unless" in q for q in source.sent)
+    # app1's pods go stale (app10's, a name it begins, do not): the batches are asked without the stale pods, and
+    # app1 has no value, and says why.
+    source.sent, source.stale = [], True
+    observed = observer.collect(0.0)
+    assert len(source.sent) == 3 and all("unless on (namespace, pod) (" in q for q in source.sent[1:])
+    stale = observed["ns1/app1"].failures["num_requests_waiting"]
+    assert stale.failure == Failure.STALE and "is 45 s old (stalenessSeconds 120)" in stale.detail
+    assert observed["ns1/app1"].values == {"num_requests_waiting": None, "gpu_cache_usage_perc": None}
+    assert observed["ns1/app10"].values == {"num_requests_waiting": 6.0, "gpu_cache_usage_perc": 0.5}
 
 
 @pytest.mark.parametrize("status", [200, 502])
