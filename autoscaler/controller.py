@@ -32,7 +32,7 @@ from autoscaler.leader import LeaderElector
 from autoscaler.logs import get_logger
 from autoscaler.metrics.source import MetricSource
 from autoscaler.observer import Observer, WorkloadMetrics
-from autoscaler.state import RECORD_FIELDS, LastScale, StateStore, WorkloadRecord, record_key
+from autoscaler.state import HEARTBEAT_S, RECORD_FIELDS, LastScale, StateStore, WorkloadRecord, record_key
 from autoscaler.telemetry import Telemetry
 from autoscaler.warm_up import FleetHistory, WarmUp, history_seconds
 from policies.base import Observation
@@ -82,6 +82,8 @@ class WorkloadRuntime:
     last_scale: tuple[float, int, int, str] | None = None  # wall time, from, to, reason
     warmed: bool = False  # its policy has been passed Prometheus's history (autoscaler.warm_up)
     conditions: list[Condition] = field(default_factory=list)  # AbleToScale, ScalingActive, ScalingLimited
+    record: WorkloadRecord | None = None  # its record as last built (``Controller._records``)
+    shape: tuple[Any, ...] = ()  # and what it was built from (``_shape``)
 
 
 class Controller:
@@ -126,6 +128,9 @@ class Controller:
         self.started_at = decision_clock()
         self.prometheus_ok = False
         self.records: dict[str, WorkloadRecord] = {}  # as of the last tick: the state written, and ``/status``
+        self._changed: list[str] = []  # the keys of the records the last tick built afresh (``_records``)
+        self._decisions: Any = log  # the log the tick's lines go to (``tick``)
+        self._built_at = -math.inf  # when every record was last built afresh, without a state to write
         self._commits: list[_Commit] = []  # the tick's scale writes, made together once every workload decided
         self._history: FleetHistory | None = None  # the history of the workloads not yet warmed, while it is read
 
@@ -225,6 +230,8 @@ class Controller:
 
     def tick(self) -> list[dict[str, Any]]:
         started = time.monotonic()
+        # The module's logger bound once a tick, as configured now: through its lazy proxy, each line bound one again.
+        self._decisions = log.bind()
         self.check_policy()
         wall, now = self.clock(), self.decision_clock()
         runtimes = list(self.runtime.values())
@@ -237,8 +244,8 @@ class Controller:
         if not catching_up:
             self._warm_some(runtimes, wall, now)
         read = self.actuator.read_many([r.workload.target for r in runtimes])
-        states = [read[target_key(r.workload.target)] for r in runtimes]
         observed = self.observer.collect(wall)
+        states = [read[target_key(r.workload.target)] for r in runtimes]
         for latency in self.observer.last_latencies:
             self.telemetry.query_latency.observe(latency)
         lines = []
@@ -665,24 +672,45 @@ class Controller:
 
     def _records(self, lines: list[dict[str, Any]], wall: float, now: float) -> dict[str, WorkloadRecord]:
         """Each workload's record after this tick (``autoscaler.state``), its conditions judged from the tick's line
-        (``autoscaler.conditions``); times on the wall clock."""
+        (``autoscaler.conditions``); times on the wall clock. A workload whose record would differ from its last one
+        only in ``VOLATILE`` fields (``_shape``) keeps that record with those two set (its behavior history's times,
+        then, as of its last change: as the state ConfigMap holds them); every record is built afresh each
+        ``HEARTBEAT_S``, when the state is written whatever changed. Building them all was a third of a tick at
+        10,000 workloads (docs/decisions/daemon-scale.md)."""
         to_wall = wall - now
+        if self.store is not None and self._writes_state():
+            afresh = self.store.heartbeat_due(wall)
+        else:
+            afresh = wall - self._built_at >= HEARTBEAT_S
+        if afresh:
+            self._built_at = wall
         records = {}
+        self._changed = []
         for line in lines:
             runtime = self.runtime.get(line["workload"])
             if runtime is None:
                 continue
             workload = runtime.workload
-            runtime.conditions = merge(
-                runtime.conditions, judge(line, workload.min_replicas, workload.max_replicas), wall
-            )
+            said = [(k, v) for k, v in line.items() if k != "metrics"]
+            if not runtime.shape or said != runtime.shape[0] or workload is not runtime.shape[1]:
+                # judged on the line but for its metrics' values: the same line, the same conditions (``merge``)
+                judged = judge(line, workload.min_replicas, workload.max_replicas)
+                runtime.conditions = merge(runtime.conditions, judged, wall)
+            current = line.get("current")
+            metrics = {m.name: _metric(m, line.get("metrics", {}).get(m.name), current) for m in workload.metrics}
+            key = record_key(workload.key, workload.target.kind)
+            shape = _shape(runtime, said)
+            kept = runtime.record
+            if kept is not None and not afresh and shape == runtime.shape:
+                kept.__dict__.update(updated_at=wall, metrics=metrics)  # the VOLATILE fields, unvalidated as built
+                records[key] = kept
+                continue
             pending = runtime.cold_start.pending
             last = runtime.last_scale
             held = runtime.decider.snapshot()
-            current = line.get("current")
             # Built from the controller's own values, not read: no validation (it was a third of a tick at 10,000), and
             # every field set, in one set for all (pydantic's own is 2 kB a record).
-            records[record_key(workload.key, workload.target.kind)] = WorkloadRecord.model_construct(
+            records[key] = runtime.record = WorkloadRecord.model_construct(
                 _fields_set=RECORD_FIELDS,
                 workload=workload.key,
                 target=f"{workload.target.kind}/{workload.target.name}",
@@ -696,7 +724,7 @@ class Controller:
                 recommended=line.get("recommended"),
                 stabilized=line.get("stabilized"),
                 reason=line.get("reason"),
-                metrics={m.name: _metric(m, line.get("metrics", {}).get(m.name), current) for m in workload.metrics},
+                metrics=metrics,
                 last_scale=None
                 if last is None
                 else LastScale(at=last[0], to=last[2], reason=last[3], **{"from": last[1]}),
@@ -713,18 +741,20 @@ class Controller:
                 behavior=dump_behavior(held.behavior, to_wall),
                 scaled_to_zero=held.zero.asleep,
             )
+            runtime.shape = shape
+            self._changed.append(key)
         return records
 
     def _persist(self, records: dict[str, WorkloadRecord]) -> None:
         assert self.store is not None
         try:
-            self.store.save(records)
+            self.store.save(records, self._changed)
         except Exception as exc:  # best effort: a failed write is retried at the next tick
             log.warning("state-unwritable", detail=str(exc)[:200])
 
     def _log(self, line: dict[str, Any], level: str = "info", event: str = "decision") -> dict[str, Any]:
         fields = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in line.items()}
-        getattr(log, level)(event, **fields)
+        getattr(self._decisions, level)(event, **fields)
         return line
 
     # -- health --------------------------------------------------------------------------------------
@@ -757,6 +787,29 @@ def _metric(spec: MetricSpec, value: float | None, current: int | None) -> dict[
     if spec.target.type == TargetType.AVERAGE_VALUE and value is not None and current:
         shown["average"] = value / current
     return shown
+
+
+def _shape(runtime: WorkloadRuntime, said: list[tuple[str, Any]]) -> tuple[Any, ...]:
+    """What a workload's record is built from but its ``VOLATILE`` fields (the metrics' values, the time) and its
+    behavior history's times: a record of the same shape as the last one is that one (``Controller._records``). The
+    stabilization window is taken by the set of its recommendations' counts, as ``state.essential_json`` takes it; a
+    scale event whole. Worked example: a steady workload adds a recommendation of 2 to a window of 2s each tick, the
+    same shape."""
+    decider = runtime.decider
+    behavior = decider.behavior_state
+    return (
+        said,
+        runtime.workload,
+        runtime.conditions,
+        runtime.last_scale,
+        runtime.cold_start.pending,
+        tuple(decider.cold_starts.samples),
+        decider.ctx.cold_start_seconds,
+        decider.zero.asleep,
+        {r.replicas for r in behavior.recommendations},
+        [(e.change, e.at, e.outdated) for e in behavior.scale_up_events],
+        [(e.change, e.at, e.outdated) for e in behavior.scale_down_events],
+    )
 
 
 def dump_behavior(state: BehaviorState, to_wall: float) -> dict[str, list[list[float]]]:

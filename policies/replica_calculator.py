@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
+from functools import lru_cache
 
 from policies.spec import MetricSpec, TargetType
 
 
+@lru_cache(maxsize=4096)
 def milli(value: float) -> int:
-    """``Quantity.MilliValue()`` of a decimal value: thousandths, rounded up."""
+    """``Quantity.MilliValue()`` of a decimal value: thousandths, rounded up. Remembered: the targets are the same
+    every tick and the values often are, and the decimal arithmetic was a tenth of a decision."""
     return int((Decimal(repr(float(value))) * 1000).to_integral_value(rounding=ROUND_CEILING))
 
 

@@ -17,6 +17,7 @@ from autoscaler.actuators.base import ActuatorError, Owner, Ownership, ReadFailu
 from autoscaler.actuators.dryrun import DryRunActuator
 from autoscaler.controller import Controller
 from autoscaler.metrics.source import QueryResult, RangeSeries, RangeVector, Sample, Series, VectorResult
+from autoscaler.state import HEARTBEAT_S
 from policies.policy_file import TargetRef, load_policy_file, parse_policy_document
 from tests.helpers import workload_doc
 
@@ -212,6 +213,33 @@ def test_each_tick_leaves_a_record_in_the_hpas_terms(source: FakeSource) -> None
     after = {c.type: c for c in daemon.records["deployment_llm_a.json"].conditions}
     assert after["ScalingActive"].last_transition_time == 1000.0  # still True
     assert (after["ScalingLimited"].status, after["ScalingLimited"].last_transition_time) == ("False", 1015.0)
+
+
+def test_a_steady_workload_keeps_its_record_with_its_metrics_and_time_new(source: FakeSource) -> None:
+    """A tick that changes only the metrics' values and the time keeps the workload's record (refreshed in those
+    two); a new recommendation rebuilds it, and so does the heartbeat, with the behavior history's times new."""
+    actuator = FakeActuator({"a": state(6)})
+    source.values["a"] = 12.0  # 6 replicas' worth: within the tolerance
+    clock = Clock()
+    daemon = controller(actuator, source, clock=clock)
+    daemon.tick()
+    first = daemon.records["deployment_llm_a.json"]
+    clock.now += 15
+    source.values["a"] = 12.5
+    daemon.tick()
+    kept = daemon.records["deployment_llm_a.json"]
+    assert kept is first and (kept.updated_at, kept.metrics["waiting"]["value"]) == (1015.0, 12.5)
+    assert daemon._changed == []
+    clock.now += 15
+    source.values["a"] = 16.0  # 8 replicas' worth: a new count
+    daemon.tick()
+    rebuilt = daemon.records["deployment_llm_a.json"]
+    assert rebuilt is not first and rebuilt.desired == 8 and daemon._changed == ["deployment_llm_a.json"]
+    while clock.now < 1000.0 + HEARTBEAT_S:  # every record built afresh at the first tick, and again then
+        clock.now += 15
+        daemon.tick()
+    latest = daemon.records["deployment_llm_a.json"]
+    assert latest is not rebuilt and max(at for _, at in latest.behavior["recommendations"]) == clock.now
 
 
 def test_a_dry_run_record_compares_with_the_owner(source: FakeSource) -> None:

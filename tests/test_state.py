@@ -7,9 +7,11 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from autoscaler import state as state_module
 from autoscaler.state import (
     HEARTBEAT_S,
     LAYOUT_KEY,
@@ -186,3 +188,34 @@ def test_a_workload_gone_from_the_file_leaves_its_shard_rewritten_without_it() -
     store.save({k: v for k, v in written.items() if k != gone})
     assert core.writes[before:] == [shard_name("vllm-autoscaler-state", shard_of(gone, store.shards))]
     assert gone not in core.maps[core.writes[-1]]
+
+
+def test_records_said_unchanged_are_not_serialized_again_and_a_lost_write_is_made_at_the_next_save(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``save(records, changed)``: the records not named are taken as last given (their essential fields not
+    serialized again); one named and changed is written; a write lost (fenced) is made at a later save even though
+    the record is no longer named, since what was given differs from what was written."""
+    core, store = _loaded()
+    written = fleet(100, 1000.0)
+    store.save(written)
+    before = len(core.writes)
+    changed = fleet(100, 1015.0, changed="model-3")
+    serialized: list[str] = []
+    real = state_module.essential_json
+
+    def counted(record: WorkloadRecord) -> str:
+        serialized.append(record.workload)
+        return real(record)
+
+    fence = [0.0]
+    store.authority = lambda: fence[0]  # the Lease not held: the write is fenced
+    monkeypatch.setattr(state_module, "essential_json", counted)
+    store.save(changed, ["deployment_llm_model-3.json"])
+    assert serialized == ["llm/model-3"] and len(core.writes) == before
+    fence[0] = 10.0
+    store.save(changed, [])
+    assert serialized == ["llm/model-3"] and len(core.writes) == before + 1
+    assert json.loads(core.maps[core.writes[-1]]["deployment_llm_model-3.json"])["desired"] == 5
+    store.save(fleet(101, 1030.0, changed="model-3"), [])  # a new workload is serialized, named or not
+    assert serialized == ["llm/model-3", "llm/model-100"] and len(core.writes) == before + 2
