@@ -691,7 +691,7 @@ class Controller:
             if runtime is None:
                 continue
             workload = runtime.workload
-            said = [(k, v) for k, v in line.items() if k != "metrics"]
+            said = {k: v for k, v in line.items() if k != "metrics"}
             if not runtime.shape or said != runtime.shape[0] or workload is not runtime.shape[1]:
                 # judged on the line but for its metrics' values: the same line, the same conditions (``merge``)
                 judged = judge(line, workload.min_replicas, workload.max_replicas)
@@ -789,7 +789,7 @@ def _metric(spec: MetricSpec, value: float | None, current: int | None) -> dict[
     return shown
 
 
-def _shape(runtime: WorkloadRuntime, said: list[tuple[str, Any]]) -> tuple[Any, ...]:
+def _shape(runtime: WorkloadRuntime, said: dict[str, Any]) -> tuple[Any, ...]:
     """What a workload's record is built from but its ``VOLATILE`` fields (the metrics' values, the time) and its
     behavior history's times: a record of the same shape as the last one is that one (``Controller._records``). The
     stabilization window is taken by the set of its recommendations' counts, as ``state.essential_json`` takes it; a
