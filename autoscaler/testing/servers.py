@@ -129,14 +129,15 @@ class VllmExporter:
         old_kv: list[float] | None = None,
         model: str = "meta-llama/Meta-Llama-3-70B-Instruct",
         stateful: bool = False,
-        stamped_at: float | None = None,
+        stamped_at: float | list[float | None] | None = None,
         running: list[float] | None = None,
         prompt_tokens: float = 0.0,
     ) -> None:
         """One vLLM pod per list entry, named as a Deployment (or a StatefulSet) names its pods; the
         workload's pods set before are replaced. ``stamped_at`` exposes every sample with that timestamp
-        (Unix seconds), as an exporter that froze then would. Each pod runs 4 requests unless ``running``
-        says otherwise, and its prompt-token counter stands at ``prompt_tokens`` (a rate of 0)."""
+        (Unix seconds), as an exporter that froze then would (one a pod if a list; None: not frozen). Each pod
+        runs 4 requests unless ``running`` says otherwise, and its prompt-token counter stands at
+        ``prompt_tokens`` (a rate of 0)."""
         names = [
             f"{deployment}-{i}" if stateful else f"{deployment}-7d9f8c6b5-{chr(97 + i)}x{i}z9"
             for i in range(len(waiting))
@@ -149,11 +150,12 @@ class VllmExporter:
                 if not (k[0].startswith("vllm:") and ("namespace", namespace) in k[1] and dict(k[1]).get("pod") in old)
             }
             self.pods[(namespace, deployment)] = names
-            for pod in names:
-                if stamped_at is None:
+            stamps = stamped_at if isinstance(stamped_at, list) else [stamped_at] * len(names)
+            for pod, stamp in zip(names, stamps, strict=True):
+                if stamp is None:
                     self.stamps.pop((namespace, pod), None)
                 else:
-                    self.stamps[(namespace, pod)] = stamped_at
+                    self.stamps[(namespace, pod)] = stamp
         for i, pod in enumerate(names):
             labels = {"namespace": namespace, "pod": pod, "model_name": model, "engine": "0"}
             self.set("vllm:num_requests_waiting", waiting[i], **labels)

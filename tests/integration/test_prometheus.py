@@ -470,15 +470,16 @@ def _until_stale(observer: Observer, workload: str, metric: str, what: str) -> Q
 def test_a_frozen_exporters_old_samples_are_stale(exporter: VllmExporter, prometheus: PrometheusServer) -> None:
     """An exporter whose samples carry a timestamp 205 s old: Prometheus's instant query stamps the values with
     the evaluation time, but their own timestamps say how old they are, and a 30 s ``stalenessSeconds`` holds
-    them; the fresh workload beside it is read as usual."""
-    frozen = "vllm-frozen"
+    them; the fresh workload beside it is read as usual, and one with a pod of each is its fresh pod's value (the
+    batch asked without the stale pods, on the server)."""
+    frozen, half = "vllm-frozen", "vllm-half"
     workloads = [
         {
             "target": {"namespace": NS, "name": name},
             "maxReplicas": 9,
             "metrics": [{"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}}],
         }
-        for name in (NAME, frozen)
+        for name in (NAME, frozen, half)
     ]
     document = parse_policy_document(
         {"prometheus": {"url": prometheus.url, "timeout": 2, "stalenessSeconds": 30}, "workloads": workloads}
@@ -488,9 +489,13 @@ def test_a_frozen_exporters_old_samples_are_stale(exporter: VllmExporter, promet
     _until(observer, "num_requests_waiting", 7.0, "the fresh workload's values")
     # (Set after: a Prometheus whose storage holds no sample yet refuses ones older than its start.)
     exporter.set_pods(NS, frozen, waiting=[8, 8], stamped_at=time.time() - 205)
+    exporter.set_pods(NS, half, waiting=[5, 9], stamped_at=[None, time.time() - 205])
 
     failure = _until_stale(observer, f"{NS}/{frozen}", "num_requests_waiting", "the frozen samples held as stale")
     assert "s old" in failure.detail and "stalenessSeconds 30" in failure.detail
+    observed = observer.collect(time.time())
+    assert observed[f"{NS}/{half}"].values["num_requests_waiting"] == 5.0  # its frozen pod's 9 left out
+    assert observed[f"{NS}/{NAME}"].values["num_requests_waiting"] == 7.0
     raw = PrometheusSource(document.prometheus).query_one(
         f'sum(vllm:num_requests_waiting{{namespace="{NS}",pod=~"{frozen}-.*"}})', time.time()
     )
