@@ -668,6 +668,7 @@ class Controller:
                 last = record.last_scale
                 runtime.last_scale = (last.at, last.from_replicas, last.to, last.reason)
             runtime.conditions = list(record.conditions)
+            runtime.shape = ()  # its record built and its conditions judged afresh at this tick (``_records``)
         log.info("state-restored", workloads=sorted(set(records) & set(self.runtime)))
 
     def _records(self, lines: list[dict[str, Any]], wall: float, now: float) -> dict[str, WorkloadRecord]:
