@@ -1,7 +1,7 @@
 """One tick's observations for every workload, with as few Prometheus requests as possible.
 
 A metric with its own ``query`` is sent as is, each distinct query once however many workloads share it.
-A built-in metric without one is batched: one query per metric name and target kind covers every workload, its
+A built-in metric without one is batched: one query per metric name covers every workload of either kind, its
 pods grouped by the owner their names say on the server, each workload's series what its default query gives
 (``metrics.queries.batched_query``, ``default_query``). So a tick over ten thousand workloads costs a handful of
 requests. Two more date the samples: one the pods' (``stalenessSeconds`` for built-in metrics: a stale pod is left
@@ -18,6 +18,7 @@ from autoscaler.logs import get_logger
 from autoscaler.metrics.freshness import LABEL, selectors
 from autoscaler.metrics.freshness import freshness_query as custom_freshness_query
 from autoscaler.metrics.queries import (
+    KIND,
     OWNER,
     aggregate,
     batch_key,
@@ -34,8 +35,7 @@ from policies.metric_names import ACTIVITY_METRICS
 from policies.policy_file import PolicyFile, Workload
 
 log = get_logger("autoscaler.observer")
-Batch = tuple[str, str]  # a batched query's: the metric's ``batch_key``, the targets' kind
-Owned = dict[tuple[str, str], list[tuple[dict[str, str], float]]]  # a batch's series by (namespace, target name)
+Owned = dict[tuple[str, str, str], list[tuple[dict[str, str], float]]]  # a batch's series by (namespace, kind, name)
 
 
 @dataclass(frozen=True)
@@ -63,19 +63,17 @@ class Observer:
         self.extras = {w.key: w.extra_signals for w in document.workloads if w.extra_signals}
         for key, extra in self.extras.items():
             self.batched[key] = list(dict.fromkeys([*self.batched[key], *extra]))
-        namespaces: dict[Batch, list[str]] = {}
+        kinds: dict[str, dict[str, list[str]]] = {}  # by batch key: kind to namespaces
         for workload in document.workloads:
+            target = workload.target
             for name in self.batched[workload.key]:
-                namespaces.setdefault((batch_key(name), workload.target.kind), []).append(workload.target.namespace)
+                kinds.setdefault(batch_key(name), {}).setdefault(target.kind, []).append(target.namespace)
         self.staleness = float(document.prometheus.staleness_seconds)
-        self.batches = {(key, kind): batched_query(key, spaces, kind) for (key, kind), spaces in namespaces.items()}
+        self.batches = {key: batched_query(key, spaces) for key, spaces in kinds.items()}
         # The same without the pods whose samples are stale, asked instead on a tick that finds some: the costlier
         # query (twice Prometheus's time at 20,000 pods) only then.
-        self.fresh_batches = {
-            (key, kind): batched_query(key, spaces, kind, freshness_query(spaces, self.staleness))
-            for (key, kind), spaces in namespaces.items()
-        }
-        every = sorted({n for spaces in namespaces.values() for n in spaces})
+        self.fresh_batches = {key: batched_query(key, spaces, self.staleness) for key, spaces in kinds.items()}
+        every = sorted({n for spaces in kinds.values() for each in spaces.values() for n in each})
         self.freshness = freshness_query(every, self.staleness) if every else None
         self._custom_ages()
         self.last_latencies: list[float] = []  # one per request of the last collect
@@ -168,8 +166,8 @@ class Observer:
         workload: Workload,
         metrics: WorkloadMetrics,
         custom: Mapping[str, QueryResult],
-        vectors: dict[Batch, VectorResult],
-        owned: dict[Batch, Owned],
+        vectors: dict[str, VectorResult],
+        owned: dict[str, Owned],
     ) -> WorkloadMetrics:
         """The activation query's value, and the replicas' activity: no series for a pod that has one (a
         zero-replica fleet, a scrape that failed) is no value, never "no requests"."""
@@ -193,20 +191,21 @@ class Observer:
         index: Owned = {}
         for sample in vector.samples:
             labels = sample.labels
-            index.setdefault((labels.get("namespace", ""), labels.get(OWNER, "")), []).append((labels, sample.value))
+            owner = (labels.get("namespace", ""), labels.get(KIND, ""), labels.get(OWNER, ""))
+            index.setdefault(owner, []).append((labels, sample.value))
         return index
 
     def _from_batch(
-        self, workload: Workload, name: str, vectors: dict[Batch, VectorResult], owned: dict[Batch, Owned]
+        self, workload: Workload, name: str, vectors: dict[str, VectorResult], owned: dict[str, Owned]
     ) -> QueryResult:
         """A workload's value of built-in metric ``name`` from its batch's answer; without one, why not: every pod
         stale, or no series."""
         target = workload.target
-        batch = (batch_key(name), target.kind)
+        batch = batch_key(name)
         vector = vectors[batch]
         if vector.failure is not None:
             return QueryResult(None, vector.failure, vector.detail, latency_s=vector.latency_s)
-        mine = owned[batch].get((target.namespace, target.name), [])
+        mine = owned[batch].get((target.namespace, target.kind, target.name), [])
         age = self.stale.get((target.namespace, target.kind == "StatefulSet", target.name))
         if not mine and age is not None:  # its stale pods were left out, and no other has a series
             detail = f"the newest sample of the workload's pods is {age:.0f} s old"

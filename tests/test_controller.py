@@ -282,7 +282,9 @@ class BudgetSource(FakeSource):
         if query.startswith("(max by (namespace, pod) (timestamp("):  # the stale pods (``freshness_query``)
             return VectorResult([])
         found = next(iter(self.query([query], now).values())).value
-        return VectorResult([] if found is None else [Sample({"namespace": "llm", "owner": "a"}, found)])
+        return VectorResult(
+            [] if found is None else [Sample({"namespace": "llm", "kind": "Deployment", "owner": "a"}, found)]
+        )
 
 
 def test_a_budget_the_policy_counts_is_exported_for_the_burn_alert() -> None:

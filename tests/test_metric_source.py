@@ -190,7 +190,9 @@ def test_workloads_share_one_batched_request_per_metric() -> None:
                 return VectorResult([Sample(pod, -45.0) for pod in pods] if self.stale else [])
             value = 0.5 if "kv_cache_usage_perc" in query else 6.0
             left_out = {1} if "unless on (namespace, pod)" in query else set()
-            series = [Sample({"namespace": f"ns{i % 3}", "owner": f"app{i}"}, value) for i in range(50)]
+            series = [
+                Sample({"namespace": f"ns{i % 3}", "kind": "Deployment", "owner": f"app{i}"}, value) for i in range(50)
+            ]
             return VectorResult([s for i, s in enumerate(series) if i not in left_out])
 
     source = Source()

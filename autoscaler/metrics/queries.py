@@ -179,17 +179,22 @@ def pod_owners(pod: str) -> list[tuple[bool, str]]:
     return owners
 
 
-def batched_query(name: str, namespaces: list[str], kind: str, stale: str | None = None) -> str:
-    """One query for metric ``name`` over every ``kind`` target in ``namespaces``: one series per target (labels
-    ``namespace`` and ``owner``, its name), each what its own query (``default_query``) gives over its pods, but
-    a histogram left by ``le`` (``aggregate`` makes it one value, at each workload's own quantile). The pods
-    ``stale`` answers (``freshness_query``) are left out, so that a workload's value is its fresh pods' alone. The
-    pods are grouped by owner on the server: 10,000 workloads' pods answered client-side cost a 2 MB answer and
-    a tenth of a second of grouping by name per metric (docs/decisions/daemon-scale.md)."""
+def batched_query(name: str, kinds: dict[str, list[str]], staleness: float | None = None) -> str:
+    """One query for metric ``name`` over the targets of each kind in its namespaces (``kinds``: kind to namespaces):
+    one series per target, labelled ``namespace``, ``owner`` (its name) and ``kind``, each what its own query
+    (``default_query``) gives over its pods, but a histogram left by ``le`` (``aggregate`` makes it one value, at each
+    workload's own quantile). With ``staleness``, the pods whose newest sample is older (``freshness_query``) are left
+    out, so that a workload's value is its fresh pods' alone. The pods are grouped by owner on the server: 10,000
+    workloads' pods answered client-side cost a 2 MB answer and a tenth of a second of grouping by name per metric
+    (docs/decisions/daemon-scale.md); the kinds are one request, a Deployment and a StatefulSet of one name apart."""
     if batch_key(name) not in _SERIES:
         raise ValueError(f"no batched query for {name!r}")
-    selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
-    return _by_owner(name, selector, kind, stale)
+    parts = []
+    for kind, namespaces in sorted(kinds.items()):
+        selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
+        stale = None if staleness is None else freshness_query(namespaces, staleness)
+        parts.append(f'label_replace({_by_owner(name, selector, kind, stale)}, "{KIND}", "{kind}", "", "")')
+    return " or ".join(parts)
 
 
 def _by_owner(name: str, selector: str, kind: str, stale: str | None = None) -> str:
@@ -247,6 +252,7 @@ def aggregate(name: str, values: list[tuple[dict[str, str], float]], quantile: f
 # -- owned queries: one series per workload of several namespaces, for range queries -----------------------
 
 OWNER = "owner"
+KIND = "kind"  # a batch's series: the target's kind (``batched_query``)
 
 
 def owned_query(

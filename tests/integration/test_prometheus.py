@@ -453,6 +453,43 @@ def test_owned_range_queries_equal_each_workloads_own(exporter: VllmExporter, pr
     }
 
 
+def test_both_kinds_are_one_request_a_metric_and_a_stray_pod_of_the_other_kind_is_not_read(
+    exporter: VllmExporter, prometheus: PrometheusServer
+) -> None:
+    """A Deployment and a StatefulSet workload share each metric's request; each reads its own pods, as its own
+    query does: pods named as a StatefulSet of the Deployment's name (``web-0``), or as a Deployment of the
+    StatefulSet's (``db-5f6d7c8b9-q1w2e``), no workload's, are neither's."""
+    from autoscaler.metrics.queries import default_query
+
+    kinds = {"web": "Deployment", "db": "StatefulSet"}
+    workloads = [
+        {
+            "target": {"namespace": NS, "name": name, "kind": kind},
+            "maxReplicas": 9,
+            "metrics": [{"name": "num_requests_waiting", "target": {"type": "AverageValue", "value": 2}}],
+        }
+        for name, kind in kinds.items()
+    ]
+    document = parse_policy_document({"prometheus": {"url": prometheus.url}, "workloads": workloads})
+    exporter.set_pods(NS, "web", waiting=[1, 2])
+    exporter.set_pods(NS, "db", waiting=[10, 20], stateful=True)
+    for stray, waiting in (("web-0", 100.0), ("web-1", 200.0), ("db-5f6d7c8b9-q1w2e", 400.0)):
+        exporter.set("vllm:num_requests_waiting", waiting, namespace=NS, pod=stray, model_name="m")
+    source = PrometheusSource(document.prometheus)
+    observer = Observer(document, source)
+    assert observer.requests_per_tick() == 2  # the metric for both kinds, and the stale pods
+
+    def read() -> bool:
+        observed = observer.collect(time.time())
+        return [observed[f"{NS}/{n}"].values["num_requests_waiting"] for n in kinds] == [3.0, 30.0]
+
+    wait_for(read, 30, "each workload's own pods")
+    now = time.time()
+    for workload in document.workloads:
+        own = source.query_one(default_query("num_requests_waiting", workload) or "", now).value
+        assert observer.collect(now)[workload.key].values["num_requests_waiting"] == own
+
+
 def _until_stale(observer: Observer, workload: str, metric: str, what: str) -> QueryResult:
     """Poll until ``workload``'s ``metric`` is held as stale; that failure."""
     found: dict[str, QueryResult] = {}
