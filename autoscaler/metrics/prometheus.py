@@ -89,8 +89,8 @@ class PrometheusSource:
     def _ask(self, path: str, params: dict[str, Any]) -> bytes:
         """One GET of the HTTP API as ``prometheus-api-client``'s ``custom_query`` and ``custom_query_range`` send it
         (its URL, session, headers, auth and timeout), the answer's bytes; an HTTP error raises as the client's do.
-        The answer is decoded here, not by the client's ``response.json()``: an instant query over 10,000 workloads'
-        pods is some 20,000 series, parsed by orjson in a third of the time (docs/decisions/daemon-scale.md)."""
+        The answer is decoded here, not by the client's ``response.json()``: a batch over 10,000 workloads is some
+        10,000 series, parsed by orjson in a third of the time (docs/decisions/daemon-scale.md)."""
         client = self.client
         response = client._session.request(
             method=client._method,

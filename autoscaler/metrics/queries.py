@@ -33,6 +33,11 @@ def regex_literal(value: str) -> str:
     return _RE2_SPECIAL.sub(r"\\\1", value)
 
 
+def namespace_selector(namespaces: list[str]) -> str:
+    """A label matcher for the pods of ``namespaces``, each matched literally."""
+    return "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
+
+
 POD_SUFFIX = {"Deployment": "-[a-z0-9]+-[a-z0-9]+", "StatefulSet": "-[0-9]+"}
 """What follows the target's name in its pods' names: a Deployment's ReplicaSet hash and pod suffix, a
 StatefulSet's ordinal."""
@@ -191,7 +196,7 @@ def batched_query(name: str, kinds: dict[str, list[str]], staleness: float | Non
         raise ValueError(f"no batched query for {name!r}")
     parts = []
     for kind, namespaces in sorted(kinds.items()):
-        selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
+        selector = namespace_selector(namespaces)
         stale = None if staleness is None else freshness_query(namespaces, staleness)
         parts.append(f'label_replace({_by_owner(name, selector, kind, stale)}, "{KIND}", "{kind}", "", "")')
     return " or ".join(parts)
@@ -219,7 +224,7 @@ def freshness_query(namespaces: list[str], staleness: float) -> str:
     namespace and pod. An instant query stamps every value with the evaluation time; ``timestamp()`` of a plain
     selector gives the sample's own, so a frozen exporter shows. Only stale pods are answered (``time()`` is the
     evaluation time): a pod not in the answer is fresh, and 20,000 fresh pods cost no 2 MB answer a tick."""
-    selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
+    selector = namespace_selector(namespaces)
     newest = " or ".join(
         f"max by (namespace, pod) (timestamp(vllm:{name}{{{selector}}}))"
         for name in ("num_requests_waiting", "num_requests_running")
@@ -264,7 +269,7 @@ def owned_query(
     ``activity_query``): the pods' series are aggregated by the owner their names say on the server, so that a day
     of history is one series a workload, not one a pod and histogram bucket. ``series`` is a built-in metric name,
     ``spec`` or ``ready`` (the counts), or ``activity``."""
-    selector = "namespace=~" + promql_string("|".join(regex_literal(n) for n in sorted(set(namespaces))))
+    selector = namespace_selector(namespaces)
     targets = None if names is None else "(" + "|".join(regex_literal(n) for n in sorted(set(names))) + ")"
     if series in _OWNED_COUNTS:
         label = kind.lower()
