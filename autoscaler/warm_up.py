@@ -141,6 +141,11 @@ class _Member:
     def complete(self) -> bool:
         return self.replayed == len(self.parts)
 
+    @property
+    def failures(self) -> list[str]:
+        """What failed of its reading and replay, a line each."""
+        return [f"{name}: {why}" for name, why in self.failed.items()]
+
 
 class FleetHistory:
     """The history of many workloads, read one range query at a time (``read_next``) so that a controller can
@@ -325,7 +330,7 @@ class FleetHistory:
 
     def _caught_up(self, key: str) -> None:
         member = self.members.pop(key)
-        failed = [f"{name}: {why}" for name, why in member.failed.items()]
+        failed = member.failures
         if failed:
             log.warning("catch-up-incomplete", workload=key, samples=member.outcome.samples, failed=failed)
         else:
@@ -369,8 +374,7 @@ class FleetHistory:
             self._replay_rest(member)
         if member.complete:
             del self.members[key]
-        outcome = WarmUp(member.outcome.samples, [f"{name}: {why}" for name, why in member.failed.items()])
-        return outcome
+        return WarmUp(member.outcome.samples, member.failures)
 
 
 def _owned_read(
