@@ -3,10 +3,12 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
 
 * ``tick_*``: one steady tick over ``--workloads`` workloads (by default 1,000) a hundred to a namespace, against
   the real kube-apiserver and a real Prometheus (Debian's binary) scraping two vLLM pods a workload: its wall and
-  CPU time and Prometheus requests. The servers, the exporter and the making of the Deployments run in other
-  processes, so the CPU time and memory are the daemon's alone: ``daemon_rss_mib`` is the process's resident
-  memory with that one controller after the burst below, ``peak_rss_mib`` the bench process's peak (the
-  warm-up's second controller included). ``cluster_made_s`` is the making of the Deployments, eight at a time.
+  CPU time, Prometheus requests and LISTs (``tick_lists``), once every namespace's watch is open, as in a
+  running daemon (none of the namespaces changed: no LIST). The servers, the exporter and the making of the
+  Deployments run in other processes, so the CPU time and memory are the daemon's alone: ``daemon_rss_mib`` is
+  the process's resident memory with that one controller after the burst below, ``peak_rss_mib`` the bench
+  process's peak (the warm-up's second controller included). ``cluster_made_s`` is the making of the
+  Deployments, eight at a time.
 * ``state_*``: the state store of that controller (``autoscaler.state``, a ConfigMap in ``default``): the shards
   it took, and the ConfigMap writes of the steady tick (``state_writes_idle_tick``: none when nothing changed).
 * ``burst_*``: then a tenth of the workloads (1,000 of 10,000) see ten times the waiting requests at once: the
@@ -227,7 +229,7 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
     try:
         document = parse_policy_document(_policy(prometheus.url, _workloads(count)))
         source = PrometheusSource(document.prometheus)
-        actuator = KubernetesActuator(api_client(str(kubeconfig)))
+        actuator = KubernetesActuator(api_client(str(kubeconfig)), watch=True)  # as the daemon runs
         store = ConfigMapStateStore(kube.admin(), "default")
         controller = Controller(None, document, source, actuator, store=store)
         last = document.workloads[-1].key
@@ -238,6 +240,7 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         )
         controller.tick()  # warm: connection pools, the owner cache; the state written once
         settle(controller, [])  # as the daemon does after its first tick
+        wait_for(lambda: _all(actuator.watching()), 60, "every namespace's watch to open")
         figures |= _steady_tick(controller, source, store) | _burst(controller, parent, count)
         figures["daemon_rss_mib"] = _rss_mib()  # one controller of the fleet, after its burst
         budget = parse_policy_document(_slo_written(_policy(prometheus.url, _workloads(count))))
@@ -257,13 +260,18 @@ def _rss_mib() -> float:
     return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
+def _all(counts: tuple[int, int]) -> bool:
+    return counts[0] == counts[1]
+
+
 def _steady_tick(controller: Any, source: Any, store: Any) -> dict[str, Any]:
     """One tick of a fleet holding steady: its wall and CPU time, Prometheus requests and state writes."""
-    requests_before, writes_before = source.requests_sent, store.writes
+    requests_before, writes_before, lists_before = source.requests_sent, store.writes, controller.actuator.lists
     wall, cpu = time.perf_counter(), time.process_time()
     lines = controller.tick()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {
+        "tick_lists": controller.actuator.lists - lists_before,
         "tick_wall_s": round(wall, 3),
         "tick_cpu_s": round(cpu, 3),
         "tick_prometheus_requests": source.requests_sent - requests_before,

@@ -113,7 +113,11 @@ def _controller(
         return elector.authority_left() if elector is not None else math.inf
 
     actuator: Actuator = KubernetesActuator(
-        api, request_timeout=settings.api_timeout_s, authority=authority, stopping=stop
+        api,
+        request_timeout=settings.api_timeout_s,
+        authority=authority,
+        stopping=stop,
+        watch=settings.watch and not once,  # one tick has nothing to list again
     )
     if settings.dry_run:
         actuator = DryRunActuator(actuator)

@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     kubeconfig: str | None = None
     api_timeout_s: float = Field(default=10.0, gt=0)
     identity: str | None = None
+    watch: bool = True
 
     @field_validator("log_level", mode="before")
     @classmethod

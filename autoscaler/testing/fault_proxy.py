@@ -3,7 +3,7 @@ demand: a 429 with ``Retry-After``, a 5xx, a dropped connection, a slow answer, 
 
 The client speaks plain HTTP to the proxy on loopback; the proxy forwards to the upstream (HTTPS with the
 upstream's CA, or HTTP) with the client's headers, so authentication and RBAC are the real server's. Each
-request is recorded with the answer the client got.
+request is recorded with the answer the client got. A watch (``watch=true``) is passed on as it streams.
 """
 
 from __future__ import annotations
@@ -134,6 +134,9 @@ class FaultProxy:
             self._record(method, path, status, True)
             _answer(handler, status, headers, payload)
             return
+        if WATCH.search(path):
+            self._stream(handler, method, path)
+            return
         try:
             status, headers, payload = self._forward(method, path, handler.headers, body)
         except OSError:
@@ -143,23 +146,65 @@ class FaultProxy:
         self._record(method, path, status, False)
         _answer(handler, status, headers, payload)
 
-    def _forward(self, method: str, path: str, incoming: Any, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        connection: http.client.HTTPConnection
+    def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
         if self._tls:
-            connection = http.client.HTTPSConnection(self._host, self._port, context=self._context, timeout=30)
-        else:
-            connection = http.client.HTTPConnection(self._host, self._port, timeout=30)
-        skip = {"host", "connection", "content-length", "accept-encoding"}
-        headers = {k: v for k, v in incoming.items() if k.lower() not in skip}
+            return http.client.HTTPSConnection(self._host, self._port, context=self._context, timeout=timeout)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _forward(self, method: str, path: str, incoming: Any, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        connection = self._connect(30)
         try:
-            connection.request(method, path, body=body or None, headers=headers)
+            connection.request(method, path, body=body or None, headers=_passed(incoming))
             response = connection.getresponse()
             payload = response.read()
-            keep = {"content-type", "retry-after", "audit-id"}
-            out = {k: v for k, v in response.getheaders() if k.lower() in keep}
-            return response.status, out, payload
+            return response.status, _kept(response), payload
         finally:
             connection.close()
+
+    def _stream(self, handler: BaseHTTPRequestHandler, method: str, path: str) -> None:
+        """A watch, its answer passed on chunk by chunk as the upstream sends it, until either side ends it."""
+        connection = self._connect(None)
+        try:
+            try:
+                connection.request(method, path, headers=_passed(handler.headers))
+                response = connection.getresponse()
+            except OSError:
+                self._record(method, path, 502, False)
+                _answer(handler, 502, {"Content-Type": "application/json"}, _status_body(502))
+                return
+            self._record(method, path, response.status, False)
+            if response.status != 200:
+                _answer(handler, response.status, _kept(response), response.read())
+                return
+            try:
+                handler.send_response(200)
+                for key, value in _kept(response).items():
+                    handler.send_header(key, value)
+                handler.send_header("Transfer-Encoding", "chunked")
+                handler.end_headers()
+                while chunk := response.read1(65536):
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    handler.wfile.flush()
+                handler.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                handler.close_connection = True
+        finally:
+            connection.close()
+
+
+WATCH = re.compile(r"[?&]watch=(true|1)(&|$)")
+_SKIPPED = {"host", "connection", "content-length", "accept-encoding"}
+_KEPT = {"content-type", "retry-after", "audit-id"}
+
+
+def _passed(incoming: Any) -> dict[str, str]:
+    """The client's headers, as sent on to the upstream."""
+    return {k: v for k, v in incoming.items() if k.lower() not in _SKIPPED}
+
+
+def _kept(response: http.client.HTTPResponse) -> dict[str, str]:
+    """The upstream's headers, as answered to the client."""
+    return {k: v for k, v in response.getheaders() if k.lower() in _KEPT}
 
 
 def _status_body(code: int) -> bytes:

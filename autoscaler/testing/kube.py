@@ -460,7 +460,8 @@ class KubeServer:
         )
 
     def audit(self, namespace: str | None = None, user: str | None = None) -> list[AuditEvent]:
-        """The audit log's completed requests so far, optionally those on objects in ``namespace`` or by ``user``."""
+        """The audit log's completed requests so far, optionally those on objects in ``namespace`` or by ``user``; a
+        watch once, as it started (it completes only when it ends, minutes later)."""
         events: list[AuditEvent] = []
         if not self.audit_log.exists():
             return events
@@ -470,7 +471,10 @@ class KubeServer:
             except ValueError:
                 continue
             event = AuditEvent.parse(raw)
-            if event.stage not in ("ResponseComplete", "Panic"):
+            if (
+                event.stage != ("ResponseStarted" if event.verb == "watch" else "ResponseComplete")
+                and event.stage != "Panic"
+            ):
                 continue
             if namespace is not None and event.namespace != namespace:
                 continue

@@ -333,3 +333,40 @@ def test_a_namespace_whose_targets_did_not_change_is_not_parsed_again(cluster: C
     key = target_key(targets[0])
     state = scaled[key]
     assert state is not first[key] and isinstance(state, ScaleState) and state.replicas == 5
+
+
+def test_a_watched_namespace_is_listed_again_only_after_a_change(cluster: Cluster) -> None:
+    """With its watch open, a namespace is listed once, however many ticks read it; a scale by someone else is seen
+    by the watch and read by the next LIST (the audit log counts the LISTs)."""
+    from autoscaler.testing.servers import wait_for
+
+    cluster.deployment(NAME, 2)
+    actuator = KubernetesActuator(api_client(str(cluster.kubeconfig())), watch=True)
+    target = TargetRef(namespace=cluster.namespace, name=NAME)
+    key = target_key(target)
+
+    def lists() -> int:
+        sent = cluster.kube.audit(cluster.namespace, cluster.user)
+        return sum(1 for e in sent if e.verb == "list" and e.resource == "deployments")
+
+    def replicas() -> int:
+        state = actuator.read_many([target])[key]
+        assert isinstance(state, ScaleState), state
+        return state.replicas
+
+    try:
+        assert replicas() == 2
+        wait_for(lambda: actuator.watching() == (1, 1), 10, "the watch open")
+        assert [replicas() for _ in range(3)] == [2, 2, 2]
+        assert lists() == 1
+        client.AppsV1Api(cluster.admin).patch_namespaced_deployment_scale(
+            NAME, cluster.namespace, {"spec": {"replicas": 5}}
+        )
+        wait_for(lambda: actuator.watching() == (0, 1), 10, "the scale seen by the watch")
+        assert replicas() == 5 and lists() == 2
+        wait_for(lambda: actuator.watching() == (1, 1), 10, "current again")
+        assert replicas() == 5 and lists() == 2
+        watches = [e for e in cluster.kube.audit(cluster.namespace, cluster.user) if e.verb == "watch"]
+        assert watches and all(e.resource == "deployments" and e.code == 200 for e in watches)
+    finally:
+        actuator.stopping.set()
