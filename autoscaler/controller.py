@@ -29,7 +29,7 @@ from autoscaler.actuators.base import (
 from autoscaler.concurrency import each
 from autoscaler.conditions import Condition, judge, merge
 from autoscaler.leader import LeaderElector
-from autoscaler.logs import get_logger
+from autoscaler.logs import Writer, get_logger, line_writer
 from autoscaler.metrics.source import MetricSource
 from autoscaler.observer import Observer, WorkloadMetrics
 from autoscaler.state import HEARTBEAT_S, RECORD_FIELDS, LastScale, StateStore, WorkloadRecord, record_key
@@ -130,6 +130,7 @@ class Controller:
         self.records: dict[str, WorkloadRecord] = {}  # as of the last tick: the state written, and ``/status``
         self._changed: list[str] = []  # the keys of the records the last tick built afresh (``_records``)
         self._decisions: Any = log  # the log the tick's lines go to (``tick``)
+        self._line_writer: Writer | None = None  # or the JSON lines' writer, as configured at the tick (``tick``)
         self._built_at = -math.inf  # when every record was last built afresh, without a state to write
         self._commits: list[_Commit] = []  # the tick's scale writes, made together once every workload decided
         self._history: FleetHistory | None = None  # the history of the workloads not yet warmed, while it is read
@@ -232,6 +233,7 @@ class Controller:
         started = time.monotonic()
         # The module's logger bound once a tick, as configured now: through its lazy proxy, each line bound one again.
         self._decisions = log.bind()
+        self._line_writer = line_writer()
         self.check_policy()
         wall, now = self.clock(), self.decision_clock()
         runtimes = list(self.runtime.values())
@@ -754,6 +756,9 @@ class Controller:
             log.warning("state-unwritable", detail=str(exc)[:200])
 
     def _log(self, line: dict[str, Any], level: str = "info", event: str = "decision") -> dict[str, Any]:
+        if self._line_writer is not None:  # JSON: NaN is written as null
+            self._line_writer(level, event, line)
+            return line
         fields = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in line.items()}
         getattr(self._decisions, level)(event, **fields)
         return line
