@@ -54,17 +54,19 @@ def line_writer() -> Writer | None:
     """A writer of one line a call (``level``, ``event``, fields), the very line the JSON pipeline ``configure``
     installed writes, without its chain of processors: 3 us a line where structlog takes 20, for a path that logs
     10,000 lines a tick (the decision log; docs/decisions/daemon-scale.md). None while structlog runs another
-    configuration (the console format, a test's capture, none at all): log through structlog then.
+    configuration (the console format, a test's capture, none at all): log through structlog then. The context
+    bound with ``structlog.contextvars`` is read once, when the writer is made (the controller makes one a tick).
     tests/test_logs.py holds the two lines equal."""
     if not _JSON or structlog.get_config()["processors"] is not _JSON["processors"]:
         return None
     least, stream = _JSON["least"], _JSON["stream"]
+    bound = structlog.contextvars.get_contextvars()  # the caller's context, as of the writer's making
 
     def write(level: str, event: str, fields: dict[str, Any]) -> None:
         if LEVELS[level] < least:
             return
         stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        line = {**structlog.contextvars.get_contextvars(), **fields, "event": event, "level": level, "timestamp": stamp}
+        line = {**bound, **fields, "event": event, "level": level, "timestamp": stamp}
         stream.write(_dumps(line) + "\n")
         stream.flush()
 

@@ -203,11 +203,12 @@ def test_workloads_share_one_batched_request_per_metric() -> None:
     assert observed["ns1/app1"].values == {"num_requests_waiting": 6.0, "gpu_cache_usage_perc": 0.5}
     assert all(m.values["num_requests_waiting"] == 6.0 for m in observed.values())
     assert not any("unless" in q for q in source.sent)
-    # app1's pods go stale (app10's, a name it begins, do not): the batches are asked without the stale pods, and
-    # app1 has no value, and says why.
+    # app1's pods go stale (app10's, a name it begins, do not): the batches, asked at once with the dates, are asked
+    # again without the stale pods, and app1 has no value, and says why.
     source.sent, source.stale = [], True
     observed = observer.collect(0.0)
-    assert len(source.sent) == 3 and all("unless on (namespace, pod) (" in q for q in source.sent[1:])
+    assert len(source.sent) == 5 and not any("unless" in q for q in source.sent[:3])
+    assert all("unless on (namespace, pod) (" in q for q in source.sent[3:])
     stale = observed["ns1/app1"].failures["num_requests_waiting"]
     assert stale.failure == Failure.STALE and "is 45 s old (stalenessSeconds 120)" in stale.detail
     assert observed["ns1/app1"].values == {"num_requests_waiting": None, "gpu_cache_usage_perc": None}

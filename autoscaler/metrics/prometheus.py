@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable, Mapping
@@ -48,6 +49,7 @@ class PrometheusSource:
             timeout=config.timeout,
         )
         self.requests_sent = 0
+        self._counted = threading.Lock()  # a tick's queries are asked at once (``autoscaler.observer``)
 
     def _refresh_headers(self) -> None:
         if self.config.bearer_token_file:
@@ -79,7 +81,8 @@ class PrometheusSource:
         started = time.monotonic()
         try:
             self._refresh_headers()
-            self.requests_sent += 1
+            with self._counted:
+                self.requests_sent += 1
             data = send()
         except Exception as exc:
             failure, detail = self._failure(exc)

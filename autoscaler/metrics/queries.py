@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -232,6 +233,7 @@ def freshness_query(namespaces: list[str], staleness: float) -> str:
     return f"({newest}) < (time() - {staleness:g})"
 
 
+@functools.cache  # a few names, asked four times a tick a workload
 def batch_key(name: str) -> str:
     """Aliases share one batch, and so do the two TTFT quantiles: one histogram."""
     return TTFT_P90 if name == TTFT_SLO else canonical(name)
@@ -242,16 +244,17 @@ def aggregate(name: str, values: list[tuple[dict[str, str], float]], quantile: f
     of the TTFT histogram)."""
     if not values:
         return None
-    if batch_key(name) == "kv_cache_usage_perc":
-        return max(v for _, v in values)
-    if batch_key(name) in HISTOGRAMS:
+    key = batch_key(name)
+    if key in HISTOGRAMS:
         buckets: dict[float, float] = {}
         for labels, value in values:
             bound = float(labels.get("le", "nan"))
             if not math.isnan(bound):
                 buckets[bound] = buckets.get(bound, 0.0) + value
         return lognormal_spread(buckets) if name == PROMPT_SPREAD else histogram_quantile(quantile, buckets)
-    return sum(v for _, v in values)
+    if len(values) == 1:  # a batch's series is a workload's already (``batched_query``)
+        return values[0][1]
+    return max(v for _, v in values) if key == "kv_cache_usage_perc" else sum(v for _, v in values)
 
 
 # -- owned queries: one series per workload of several namespaces, for range queries -----------------------
