@@ -643,8 +643,12 @@ def main() -> int:
     if shutil.which("prometheus") is None and not {"tick", "reaction"} <= set(args.skip):
         print("the prometheus binary is needed (apt-get install prometheus)", file=sys.stderr)
         return 2
-    # The daemon's JSON log lines are rendered as in production, into the void.
+    # The daemon's JSON log lines are rendered as in production, into the void; its malloc arenas limited as it limits
+    # them before its first thread.
+    from autoscaler.daemon import limit_arenas
+
     configure("json", "info", open(os.devnull, "w"))  # noqa: SIM115
+    limit_arenas()
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
     with tempfile.TemporaryDirectory() as tmp:
         if "pipeline" not in args.skip:

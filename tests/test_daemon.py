@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,11 @@ def test_what_lives_as_long_as_the_policy_is_frozen_once_and_again_after_a_reloa
     finally:
         monkeypatch.undo()
         gc.unfreeze()
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_the_malloc_arenas_are_limited() -> None:
+    """glibc takes the limit (mallopt answers 1); the daemon sets it before its first thread."""
+    from autoscaler.daemon import limit_arenas
+
+    assert limit_arenas() is True
