@@ -694,7 +694,8 @@ class Controller:
             if runtime is None:
                 continue
             workload = runtime.workload
-            said = {k: v for k, v in line.items() if k != "metrics"}
+            said = dict(line)
+            said.pop("metrics", None)
             if not runtime.shape or said != runtime.shape[0] or workload is not runtime.shape[1]:
                 # judged on the line but for its metrics' values: the same line, the same conditions (``merge``)
                 judged = judge(line, workload.min_replicas, workload.max_replicas)

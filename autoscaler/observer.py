@@ -84,6 +84,11 @@ class Observer:
         # (namespace, is a StatefulSet, name): the age of the newest sample of a workload's stale pods, at the last
         # collect; only workloads with a stale pod are here
         self.stale: dict[tuple[str, bool, str], float] = {}
+        # Each workload's keys in a batch's index and in ``stale``, made once: a tick asks them for every metric.
+        self._owner = {w.key: (w.target.namespace, w.target.kind, w.target.name) for w in document.workloads}
+        self._pods = {
+            w.key: (w.target.namespace, w.target.kind == "StatefulSet", w.target.name) for w in document.workloads
+        }
 
     def _custom_ages(self) -> None:
         """The selectors each custom query reads, for the one request a tick that dates them (``metrics.freshness``)."""
@@ -211,14 +216,13 @@ class Observer:
     ) -> QueryResult:
         """A workload's value of built-in metric ``name`` from its batch's answer; without one, why not: every pod
         stale, or no series."""
-        target = workload.target
         batch = batch_key(name)
         vector = vectors[batch]
         if vector.failure is not None:
             return QueryResult(None, vector.failure, vector.detail, latency_s=vector.latency_s)
-        mine = owned[batch].get((target.namespace, target.kind, target.name), [])
-        age = self.stale.get((target.namespace, target.kind == "StatefulSet", target.name))
-        if not mine and age is not None:  # its stale pods were left out, and no other has a series
+        mine = owned[batch].get(self._owner[workload.key], [])
+        age = self.stale.get(self._pods[workload.key]) if not mine and self.stale else None
+        if age is not None:  # its stale pods were left out, and no other has a series
             detail = f"the newest sample of the workload's pods is {age:.0f} s old"
             detail += f" (stalenessSeconds {self.staleness:g})"
             return QueryResult(None, Failure.STALE, detail, latency_s=vector.latency_s)

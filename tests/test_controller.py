@@ -279,7 +279,7 @@ class BudgetSource(FakeSource):
 
     def query_vector(self, query: str, now: float) -> VectorResult:
         """Workload ``a``'s series, as a batched query (``metrics.queries.batched_query``) gives it; no stale pod."""
-        if query.startswith("(max by (namespace, pod) (timestamp("):  # the stale pods (``freshness_query``)
+        if query.startswith("timestamp("):  # the stale pods (``freshness_query``)
             return VectorResult([])
         found = next(iter(self.query([query], now).values())).value
         return VectorResult(

@@ -185,7 +185,7 @@ def test_workloads_share_one_batched_request_per_metric() -> None:
             """Each workload's series as a batch answers it, by owner (2 pods waiting 3 each, the cache half full);
             app1's pods stale if so told, and then left out of a batch that leaves the stale pods out."""
             self.sent.append(query)
-            if query.startswith("(max by (namespace, pod) (timestamp("):
+            if query.startswith("timestamp("):
                 pods = [{"namespace": "ns1", "pod": f"app1-5f7c9d8b6-x{j}k2z"} for j in (0, 1)]
                 return VectorResult([Sample(pod, -45.0) for pod in pods] if self.stale else [])
             value = 0.5 if "kv_cache_usage_perc" in query else 6.0
