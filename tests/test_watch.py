@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from autoscaler.actuators.watch import ChangeWatch
+from autoscaler.actuators.watch import IDLE_S, ChangeWatch
 
 END = object()
 
@@ -151,3 +151,20 @@ def test_stopping_ends_the_thread(stopping: threading.Event) -> None:
     streams.send("BOOKMARK", "160")
     until(lambda: watch._thread is not None and not watch._thread.is_alive(), "the thread gone")
     assert not watch.current()
+
+
+def test_a_watch_no_tick_asks_about_ends_and_starts_again_when_asked(stopping: threading.Event) -> None:
+    """A namespace dropped from the policy: its watch ends once its stream does, after ``IDLE_S`` unasked; listed
+    again, it streams from that LIST's version."""
+    streams = Streams()
+    clock = [0.0]
+    watch = ChangeWatch("Deployment/llm", streams, stopping, lambda s: stopping.is_set(), lambda: clock[0])
+    watch.listed("100", watch.generation)
+    assert streams.opened.get(timeout=5) == "100"
+    clock[0] = IDLE_S + 1
+    streams.lines.put(END)  # the server ends the stream: no tick asked since, so no other
+    until(lambda: watch._thread is not None and not watch._thread.is_alive(), "the idle thread gone")
+    assert streams.opened.empty() and not watch.current()
+    watch.listed("700", watch.generation)
+    assert streams.opened.get(timeout=5) == "700"
+    until(watch.current, "streaming again")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -31,6 +32,7 @@ from autoscaler.logs import get_logger
 log = get_logger("autoscaler.watch")
 WATCH_S = (300.0, 600.0)  # a stream's own timeout, drawn like client-go's reflector (5 to 10 minutes)
 SILENCE_S = 90.0  # with bookmarks asked for (about one a minute), a stream this long silent is dead
+IDLE_S = 600.0  # a watch no tick has asked about for this long (its namespace left the policy) ends
 RETRY_S, RETRY_MAX_S = 1.0, 30.0  # after a failed stream, doubling
 
 Opener = Callable[[str, float, float], Iterable[bytes]]
@@ -41,12 +43,21 @@ server has answered."""
 class ChangeWatch:
     """One kind's targets in one namespace: whether they are as last listed (``current``)."""
 
-    def __init__(self, name: str, opener: Opener, stopping: threading.Event, sleep: Callable[[float], bool]) -> None:
+    def __init__(
+        self,
+        name: str,
+        opener: Opener,
+        stopping: threading.Event,
+        sleep: Callable[[float], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``sleep`` waits that many seconds, returning True to stop (``stopping.wait``)."""
         self.name = name
         self._open = opener
         self._stopping = stopping
         self._sleep = sleep
+        self._clock = clock
+        self._used = clock()  # when a tick last asked (``current``, ``listed``)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._version: str | None = None  # the version to stream from; None until a LIST gives one
@@ -61,24 +72,28 @@ class ChangeWatch:
 
     def current(self) -> bool:
         """The last LIST is what the server holds: a stream is open and no event came since."""
+        self._used = self._clock()
         with self._lock:
             return self._streaming and self._listed
 
     def listed(self, version: str, generation: int) -> None:
-        """A LIST at ``version`` began at ``generation``; watch from there if no stream runs."""
+        """A LIST at ``version`` began at ``generation``; watch from there if no stream runs (a thread that ended idle
+        starts again)."""
+        self._used = self._clock()
         with self._lock:
             self._listed = generation == self._generation
             if self._version is None:
                 self._version = version
                 self._wake.notify()
-        if self._thread is None:
+        if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self.run, name=f"watch-{self.name}", daemon=True)
             self._thread.start()
 
     def run(self) -> None:
-        """Stream until stopped: each stream from the last version seen, a failed one retried after a backoff."""
+        """Stream until stopped, or until no tick has asked for ``IDLE_S``: each stream from the last version seen, a
+        failed one retried after a backoff."""
         wait = RETRY_S
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and self._clock() - self._used < IDLE_S:
             with self._lock:
                 while self._version is None and not self._stopping.is_set():
                     self._wake.wait(1.0)
@@ -96,6 +111,9 @@ class ChangeWatch:
                 if self._sleep(wait):
                     return
                 wait = min(wait * 2, RETRY_MAX_S)
+        with self._lock:  # idle: a tick that asks again lists, and a new thread streams from that LIST
+            self._version = None
+            self._listed = False
 
     def stream(self, version: str) -> None:
         """One stream from ``version``, its events applied (``_event``), until the server ends it."""
