@@ -124,23 +124,29 @@ class Observer:
         own = [q for per in self.custom.values() for q in per.values() if q]
         return list(dict.fromkeys([*own, *self.activations.values()]))
 
-    def _vectors(self, queries: list[str], now: float) -> list[VectorResult]:
-        """Each query's answer, ``QUERY_CONCURRENCY`` at once."""
-        return each(lambda query: self.source.query_vector(query, now), queries, QUERY_CONCURRENCY, "query")
+    def _vectors(self, queries: list[str], now: float) -> list[tuple[VectorResult, Owned]]:
+        """Each query's answer and its series by workload (``_index``), ``QUERY_CONCURRENCY`` at once: an answer is
+        indexed in its thread, while the others are still awaited."""
+
+        def ask(query: str) -> tuple[VectorResult, Owned]:
+            vector = self.source.query_vector(query, now)
+            return vector, self._index(vector)
+
+        return each(ask, queries, QUERY_CONCURRENCY, "query")
 
     def collect(self, now: float) -> dict[str, WorkloadMetrics]:
         custom = dict(self.source.query(self._custom_queries(), now))
         dates = [query for query in (self.custom_freshness, self.freshness) if query is not None]
         answers = self._vectors([*dates, *self.batches.values()], now)
-        dated = answers.pop(0) if self.custom_freshness is not None else None
-        fresh = answers.pop(0) if self.freshness is not None else None
+        dated = answers.pop(0)[0] if self.custom_freshness is not None else None
+        fresh = answers.pop(0)[0] if self.freshness is not None else None
         if dated is not None:
             newest = {int(x.labels[LABEL]): x.value for x in dated.samples if x.labels.get(LABEL, "").isdigit()}
             custom = {q: self._dated(q, r, newest, now) for q, r in custom.items()}
         if fresh is not None and fresh.samples:  # asked again with the stale pods left out
             answers = self._vectors(list(self.fresh_batches.values()), now)
-        vectors = dict(zip(self.batches, answers, strict=True))
-        owned = {key: self._index(vector) for key, vector in vectors.items()}
+        vectors = {key: vector for key, (vector, _) in zip(self.batches, answers, strict=True)}
+        owned = {key: index for key, (_, index) in zip(self.batches, answers, strict=True)}
         self.last_latencies = [r.latency_s for r in custom.values()] + [v.latency_s for v in vectors.values()]
         self.stale = {}
         if fresh is not None:
