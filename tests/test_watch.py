@@ -161,7 +161,9 @@ def test_a_watch_no_tick_asks_about_ends_and_starts_again_when_asked(stopping: t
     watch = ChangeWatch("Deployment/llm", streams, stopping, lambda s: stopping.is_set(), lambda: clock[0])
     watch.listed("100", watch.generation)
     assert streams.opened.get(timeout=5) == "100"
+    until(lambda: watch.holds, "the stream open")  # an onlooker's question (the bench's) keeps it no longer
     clock[0] = IDLE_S + 1
+    assert watch.holds
     streams.lines.put(END)  # the server ends the stream: no tick asked since, so no other
     until(lambda: watch._thread is not None and not watch._thread.is_alive(), "the idle thread gone")
     assert streams.opened.empty() and not watch.current()

@@ -264,7 +264,7 @@ class KubernetesActuator:
     def watching(self) -> tuple[int, int]:
         """How many of the namespaces' watches say their last LIST is current, of how many."""
         watches = list(self._watches.values())
-        return sum(1 for w in watches if w.current()), len(watches)
+        return sum(1 for w in watches if w.holds), len(watches)
 
     def _watch(self, group: tuple[str, str]) -> ChangeWatch | None:
         """The group's watch, made at its first use; None without watches."""

@@ -71,8 +71,14 @@ class ChangeWatch:
         return self._generation
 
     def current(self) -> bool:
-        """The last LIST is what the server holds: a stream is open and no event came since."""
+        """The last LIST is what the server holds: a stream is open and no event came since. A tick's question: it
+        keeps the watch from ending idle (``holds`` asks without)."""
         self._used = self._clock()
+        return self.holds
+
+    @property
+    def holds(self) -> bool:
+        """``current``, asked by an onlooker (a bench waiting for the watches to open)."""
         with self._lock:
             return self._streaming and self._listed
 
