@@ -20,10 +20,11 @@ END = object()
 class Streams:
     """The watch's opener: records the version each stream opens from; the test feeds the open stream's lines."""
 
-    def __init__(self, refuse: int = 0) -> None:
+    def __init__(self, stopping: threading.Event, refuse: int = 0) -> None:
         self.opened: queue.Queue[str] = queue.Queue()
         self.lines: queue.Queue[Any] = queue.Queue()
         self.refuse = refuse
+        self.stopping = stopping  # ends an open stream at the test's end, so that no thread outlives it
 
     def __call__(self, version: str, timeout: float, silence: float) -> Iterator[bytes]:
         assert silence > timeout
@@ -34,7 +35,13 @@ class Streams:
         return self._stream()
 
     def _stream(self) -> Iterator[bytes]:
-        while (item := self.lines.get(timeout=10)) is not END:
+        while not self.stopping.is_set():
+            try:
+                item = self.lines.get(timeout=0.01)
+            except queue.Empty:
+                continue
+            if item is END:
+                return
             if isinstance(item, Exception):
                 raise item
             yield orjson.dumps(item)
@@ -52,9 +59,16 @@ def until(check: Callable[[], bool], what: str) -> None:
 
 @pytest.fixture
 def stopping() -> Iterator[threading.Event]:
+    """Set at the test's end: every watch's thread ends within a moment, without a word (a late line would land in
+    another test's captured output)."""
     event = threading.Event()
+    before = set(threading.enumerate())
     yield event
     event.set()
+    for thread in set(threading.enumerate()) - before:
+        if thread.name.startswith("watch-"):
+            thread.join(5)
+            assert not thread.is_alive(), thread.name
 
 
 def started(streams: Streams, stopping: threading.Event, waits: list[float] | None = None) -> ChangeWatch:
@@ -72,7 +86,7 @@ def started(streams: Streams, stopping: threading.Event, waits: list[float] | No
 
 
 def test_current_only_once_listed_and_streaming(stopping: threading.Event) -> None:
-    streams = Streams()
+    streams = Streams(stopping)
     watch = ChangeWatch("Deployment/llm", streams, stopping, lambda s: stopping.is_set())
     assert not watch.current()  # never listed: the tick lists
     watch.listed("100", watch.generation)
@@ -83,7 +97,7 @@ def test_current_only_once_listed_and_streaming(stopping: threading.Event) -> No
 def test_an_event_sends_the_tick_back_to_a_list(stopping: threading.Event) -> None:
     """Worked example of the module's docstring: a scale at 120 after a LIST at 100 stales it; the next LIST, with
     no event while it ran, is current again."""
-    streams = Streams()
+    streams = Streams(stopping)
     watch = started(streams, stopping)
     streams.send("MODIFIED", "120")
     until(lambda: not watch.current(), "the event seen")
@@ -94,7 +108,7 @@ def test_an_event_sends_the_tick_back_to_a_list(stopping: threading.Event) -> No
 
 
 def test_an_event_while_the_list_runs_leaves_it_stale(stopping: threading.Event) -> None:
-    streams = Streams()
+    streams = Streams(stopping)
     watch = started(streams, stopping)
     generation = watch.generation  # read before the LIST is sent
     streams.send("ADDED", "130")  # arrives while it is in flight: before or after its version, nobody knows
@@ -106,7 +120,7 @@ def test_an_event_while_the_list_runs_leaves_it_stale(stopping: threading.Event)
 
 
 def test_a_bookmark_moves_the_version_on_and_stales_nothing(stopping: threading.Event) -> None:
-    streams = Streams()
+    streams = Streams(stopping)
     watch = started(streams, stopping)
     streams.send("BOOKMARK", "150")
     streams.lines.put(END)  # the server ends the stream at its timeout
@@ -117,7 +131,7 @@ def test_a_bookmark_moves_the_version_on_and_stales_nothing(stopping: threading.
 def test_gone_waits_for_the_next_lists_version(stopping: threading.Event) -> None:
     """A 410 (the version resumed from is older than the server keeps): stale, and the next stream starts from the
     next LIST's version, never from a list of its own."""
-    streams = Streams()
+    streams = Streams(stopping)
     watch = started(streams, stopping)
     streams.lines.put({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}})
     until(lambda: not watch.current(), "the error seen")
@@ -129,7 +143,7 @@ def test_gone_waits_for_the_next_lists_version(stopping: threading.Event) -> Non
 
 
 def test_a_failed_stream_lists_meanwhile_and_is_retried_from_where_it_was(stopping: threading.Event) -> None:
-    streams = Streams(refuse=0)
+    streams = Streams(stopping)
     waits: list[float] = []
     watch = started(streams, stopping, waits)
     streams.send("BOOKMARK", "140")
@@ -145,7 +159,7 @@ def test_a_failed_stream_lists_meanwhile_and_is_retried_from_where_it_was(stoppi
 
 
 def test_stopping_ends_the_thread(stopping: threading.Event) -> None:
-    streams = Streams()
+    streams = Streams(stopping)
     watch = started(streams, stopping)
     stopping.set()
     streams.send("BOOKMARK", "160")
@@ -156,7 +170,7 @@ def test_stopping_ends_the_thread(stopping: threading.Event) -> None:
 def test_a_watch_no_tick_asks_about_ends_and_starts_again_when_asked(stopping: threading.Event) -> None:
     """A namespace dropped from the policy: its watch ends once its stream does, after ``IDLE_S`` unasked; listed
     again, it streams from that LIST's version."""
-    streams = Streams()
+    streams = Streams(stopping)
     clock = [0.0]
     watch = ChangeWatch("Deployment/llm", streams, stopping, lambda s: stopping.is_set(), lambda: clock[0])
     watch.listed("100", watch.generation)

@@ -113,6 +113,8 @@ class ChangeWatch:
                 # after, since what changed meanwhile arrives only once the next stream is open
                 with self._lock:
                     self._streaming = self._listed = False
+                if self._stopping.is_set():  # the process is stopping: a stream cut short is no news
+                    return
                 log.info("watch-failed", watch=self.name, detail=str(exc)[:200], retry_s=wait)
                 if self._sleep(wait):
                     return
