@@ -81,14 +81,11 @@ class Observer:
         self.freshness = freshness_query(every, self.staleness) if every else None
         self._custom_ages()
         self.last_latencies: list[float] = []  # one per request of the last collect
-        # (namespace, is a StatefulSet, name): the age of the newest sample of a workload's stale pods, at the last
-        # collect; only workloads with a stale pod are here
-        self.stale: dict[tuple[str, bool, str], float] = {}
-        # Each workload's keys in a batch's index and in ``stale``, made once: a tick asks them for every metric.
+        # (namespace, kind, name), as a batch's index keys a workload: the age of the newest sample of a workload's
+        # stale pods, at the last collect; only workloads with a stale pod are here
+        self.stale: dict[tuple[str, str, str], float] = {}
+        # Each workload's key in a batch's index and in ``stale``, made once: a tick asks it for every metric.
         self._owner = {w.key: (w.target.namespace, w.target.kind, w.target.name) for w in document.workloads}
-        self._pods = {
-            w.key: (w.target.namespace, w.target.kind == "StatefulSet", w.target.name) for w in document.workloads
-        }
 
     def _custom_ages(self) -> None:
         """The selectors each custom query reads, for the one request a tick that dates them (``metrics.freshness``)."""
@@ -154,7 +151,7 @@ class Observer:
             for sample in fresh.samples:
                 namespace, age = sample.labels.get("namespace", ""), now - sample.value
                 for stateful, owner in pod_owners(sample.labels.get("pod", "")):
-                    whose = (namespace, stateful, owner)
+                    whose = (namespace, "StatefulSet" if stateful else "Deployment", owner)
                     self.stale[whose] = min(age, self.stale.get(whose, age))
         observed: dict[str, WorkloadMetrics] = {}
         for key, workload in self.workloads.items():
@@ -226,8 +223,9 @@ class Observer:
         vector = vectors[batch]
         if vector.failure is not None:
             return QueryResult(None, vector.failure, vector.detail, latency_s=vector.latency_s)
-        mine = owned[batch].get(self._owner[workload.key], [])
-        age = self.stale.get(self._pods[workload.key]) if not mine and self.stale else None
+        owner = self._owner[workload.key]
+        mine = owned[batch].get(owner, [])
+        age = self.stale.get(owner) if not mine and self.stale else None
         if age is not None:  # its stale pods were left out, and no other has a series
             detail = f"the newest sample of the workload's pods is {age:.0f} s old"
             detail += f" (stalenessSeconds {self.staleness:g})"
