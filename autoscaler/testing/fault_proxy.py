@@ -140,11 +140,15 @@ class FaultProxy:
         try:
             status, headers, payload = self._forward(method, path, handler.headers, body)
         except OSError:
-            self._record(method, path, 502, False)
-            _answer(handler, 502, {"Content-Type": "application/json"}, _status_body(502))
+            self._unreachable(handler, method, path)
             return
         self._record(method, path, status, False)
         _answer(handler, status, headers, payload)
+
+    def _unreachable(self, handler: BaseHTTPRequestHandler, method: str, path: str) -> None:
+        """The upstream could not be reached: a 502, as a gateway answers."""
+        self._record(method, path, 502, False)
+        _answer(handler, 502, {"Content-Type": "application/json"}, _status_body(502))
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
         if self._tls:
@@ -169,8 +173,7 @@ class FaultProxy:
                 connection.request(method, path, headers=_passed(handler.headers))
                 response = connection.getresponse()
             except OSError:
-                self._record(method, path, 502, False)
-                _answer(handler, 502, {"Content-Type": "application/json"}, _status_body(502))
+                self._unreachable(handler, method, path)
                 return
             self._record(method, path, response.status, False)
             if response.status != 200:
