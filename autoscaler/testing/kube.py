@@ -471,10 +471,8 @@ class KubeServer:
             except ValueError:
                 continue
             event = AuditEvent.parse(raw)
-            if (
-                event.stage != ("ResponseStarted" if event.verb == "watch" else "ResponseComplete")
-                and event.stage != "Panic"
-            ):
+            answered = "ResponseStarted" if event.verb == "watch" else "ResponseComplete"
+            if event.stage not in (answered, "Panic"):
                 continue
             if namespace is not None and event.namespace != namespace:
                 continue
