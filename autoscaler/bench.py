@@ -3,8 +3,10 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
 
 * ``tick_*``: one steady tick over ``--workloads`` workloads (by default 1,000) a hundred to a namespace, against
   the real kube-apiserver and a real Prometheus (Debian's binary) scraping two vLLM pods a workload: its wall and
-  CPU time, Prometheus requests and LISTs (``tick_lists``), once every namespace's watch is open, as in a
-  running daemon (none of the namespaces changed: no LIST). The servers, the exporter and the making of the
+  CPU time, Prometheus requests and LISTs (``tick_lists``), once every namespace's watch is open and every
+  workload's stabilization window is full, as in a daemon that has run for that window (none of the namespaces
+  changed: no LIST; the ticks before it an interval apart on the decision clock, each settled as the daemon
+  settles it: ``_fill_windows``). The servers, the exporter and the making of the
   Deployments run in other processes, so the CPU time and memory are the daemon's alone: ``daemon_rss_mib`` is
   the process's resident memory with that one controller after the burst below, ``peak_rss_mib`` the bench
   process's peak (the warm-up's second controller included). ``cluster_made_s`` is the making of the
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import random
@@ -211,7 +214,7 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
     from autoscaler.actuators.dryrun import DryRunActuator
     from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
     from autoscaler.controller import Controller
-    from autoscaler.daemon import settle
+    from autoscaler.daemon import Settled, settle
     from autoscaler.metrics.prometheus import PrometheusSource
     from autoscaler.state import ConfigMapStateStore
     from autoscaler.testing.servers import PrometheusServer, wait_for
@@ -231,17 +234,22 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         source = PrometheusSource(document.prometheus)
         actuator = KubernetesActuator(api_client(str(kubeconfig)), watch=True)  # as the daemon runs
         store = ConfigMapStateStore(kube.admin(), "default")
-        controller = Controller(None, document, source, actuator, store=store)
+        ahead = _Ahead()
+        controller = Controller(None, document, source, actuator, store=store, decision_clock=ahead)
         last = document.workloads[-1].key
         wait_for(
             lambda: controller.observer.collect(time.time())[last].values["kv_cache_usage_perc"] == 0.5,
             300,
             "Prometheus to hold every pod's series",
         )
+        settled = Settled()
         controller.tick()  # warm: connection pools, the owner cache; the state written once
-        settle(controller, [])  # as the daemon does after its first tick
+        settle(controller, settled)  # as the daemon does after every tick
         wait_for(lambda: _all(actuator.watching()), 60, "every namespace's watch to open")
-        figures |= _steady_tick(controller, source, store) | _burst(controller, parent, count)
+        _fill_windows(controller, ahead, settled)
+        figures |= _steady_tick(controller, source, store)
+        settle(controller, settled)
+        figures |= _burst(controller, parent, count)
         figures["daemon_rss_mib"] = _rss_mib()  # one controller of the fleet, after its burst
         budget = parse_policy_document(_slo_written(_policy(prometheus.url, _workloads(count))))
         figures |= bench_warm_up_ticks(Controller(None, budget, source, DryRunActuator(actuator)))
@@ -251,6 +259,30 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         prometheus.stop()
         parent.send("stop")
         server.join(10)
+
+
+class _Ahead:
+    """A decision clock ``offset`` seconds ahead of the monotonic one."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+
+def _fill_windows(controller: Any, ahead: _Ahead, settled: Any) -> None:
+    """Ticks an interval apart on the decision clock (taken ahead) until every workload's stabilization window is full,
+    each settled as the daemon settles it: the fleet of a daemon that has run for the longest window, whose every
+    workload holds a window of recommendations and whose ticks' survivors have been frozen (``daemon.settle``)."""
+    from autoscaler.daemon import settle
+
+    longest = max(r.decider.behavior.down_window for r in controller.runtime.values())
+    for _ in range(math.ceil(longest / controller.interval) + 1):
+        ahead.offset += controller.interval
+        controller.tick()
+        settle(controller, settled)
+    ahead.offset += controller.interval
 
 
 def _rss_mib() -> float:

@@ -242,6 +242,29 @@ def test_a_steady_workload_keeps_its_record_with_its_metrics_and_time_new(source
     assert latest is not rebuilt and max(at for _, at in latest.behavior["recommendations"]) == clock.now
 
 
+def test_ticks_that_scale_and_hold_leave_no_cycle_behind(source: FakeSource) -> None:
+    """The daemon freezes what a tick leaves alive (``daemon.settle``): a cycle that became garbage once frozen would
+    stay until the hourly thaw. None does: with the collector off, a quarter of an hour of ticks that scale up, hold,
+    scale down and build every record again at the heartbeat leave nothing for a collection to find."""
+    import gc
+
+    actuator = FakeActuator({"a": state(2), "b": state(4)})
+    clock = Clock()
+    daemon = controller(actuator, source, names=("a", "b"), clock=clock)
+    daemon.tick()
+    gc.collect()
+    gc.disable()
+    try:
+        for step in range(60):
+            clock.now += 15
+            source.values["a"] = 16.0 if step < 30 else 2.0
+            daemon.tick()
+        assert actuator.writes and daemon.records["deployment_llm_a.json"].current == 2
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
 def test_a_dry_run_record_compares_with_the_owner(source: FakeSource) -> None:
     fake = FakeActuator({"a": state(2)}, {"a": Ownership((Owner("HorizontalPodAutoscaler h", 2, 4),))})
     source.values["a"] = 1000.0

@@ -50,36 +50,44 @@ def test_the_daemons_commands_run_without_the_simulator() -> None:
     assert simulate.returncode == 1 and "needs the simulator" in simulate.stderr and "Traceback" not in simulate.stderr
 
 
-def test_what_lives_as_long_as_the_policy_is_frozen_once_and_again_after_a_reload(
+def test_what_a_tick_leaves_alive_is_frozen_and_all_is_thawed_after_a_reload_and_each_hour(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``settle``: after the first tick the garbage collector stops walking the document, the deciders and the metric
-    series; a later tick of the same document does nothing; a reloaded document is settled again, after a collection
-    that frees what the old one held. The calls are counted, not ``gc.get_freeze_count()``: a frozen object that
-    another thread frees leaves the permanent generation, so the count can fall between two ticks that froze
-    nothing."""
+    """``settle``: after every tick what is alive is frozen, once what is not is collected; after the first tick, a
+    reloaded document and every ``THAW_S`` everything is thawed first, so that the collection frees what the old
+    document held and any cycle that became garbage while frozen. The calls are counted, not
+    ``gc.get_freeze_count()``: a frozen object that another thread frees leaves the permanent generation, so the
+    count can fall between two ticks."""
     import gc
     from types import SimpleNamespace
     from typing import Any
 
-    from autoscaler.daemon import settle
+    from autoscaler.daemon import THAW_S, Settled, settle
 
     calls: list[str] = []
     for name in ("unfreeze", "collect", "freeze"):
         real = getattr(gc, name)
         monkeypatch.setattr(gc, name, lambda *a, _real=real, _name=name: (calls.append(_name), _real(*a))[1])
-    settled: list[Any] = []
+    settled = Settled()
     first, reloaded = object(), object()
-    controller: Any = SimpleNamespace(document=first)
+    clock = [1000.0]
+    controller: Any = SimpleNamespace(document=first, decision_clock=lambda: clock[0])
+    thawed, kept = ["unfreeze", "collect", "freeze"], ["collect", "freeze"]
     try:
         settle(controller, settled)
-        assert calls == ["unfreeze", "collect", "freeze"] and settled == [first]
+        assert calls == thawed and settled.document is first
         assert gc.get_freeze_count() > 0
+        clock[0] += 15
         settle(controller, settled)
-        assert calls == ["unfreeze", "collect", "freeze"]
+        assert calls == thawed + kept
         controller.document = reloaded
         settle(controller, settled)
-        assert calls == ["unfreeze", "collect", "freeze"] * 2 and settled == [reloaded]
+        assert calls == thawed + kept + thawed and settled.document is reloaded
+        clock[0] += THAW_S - 1
+        settle(controller, settled)
+        clock[0] += 1
+        settle(controller, settled)
+        assert calls == thawed + kept + thawed + kept + thawed
     finally:
         monkeypatch.undo()
         gc.unfreeze()
