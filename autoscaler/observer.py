@@ -42,7 +42,7 @@ QUERY_CONCURRENCY = 4
 Owned = dict[tuple[str, str, str], list[tuple[dict[str, str], float]]]  # a batch's series by (namespace, kind, name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkloadMetrics:
     values: dict[str, float | None]
     failures: dict[str, QueryResult] = field(default_factory=dict)

@@ -28,7 +28,7 @@ def usable(value: float | None) -> bool:
     return value is not None and math.isfinite(value) and abs(value) <= MAX_METRIC_VALUE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Observation:
     """One tick's inputs. A metric maps to ``None`` when it had no value (empty, NaN, error, stale)."""
 
@@ -66,7 +66,7 @@ class WorkloadContext:
     capacity: Capacity | None = None  # set: predictive learns it from this seed (``Workload.learns_capacity``)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Proposal:
     """A raw recommendation. ``replicas is None`` means: hold, and leave no trace in the windows. ``missing``: the
     metrics the policy had no value for; the decider applies the missing-metric rule to them (``held``)."""

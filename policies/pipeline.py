@@ -33,7 +33,7 @@ class Reason:
     ACTIVATED = "activated"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     now: float
     current: int

@@ -33,7 +33,7 @@ class Tolerance:
         return (1.0 - self.down) <= ratio <= (1.0 + self.up)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MetricProposal:
     replicas: int
     ratio: float

@@ -28,7 +28,7 @@ class ActuatorError(Exception):
         self.detail = detail
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScaleState:
     """A target as read this tick."""
 

@@ -22,7 +22,7 @@ class Failure(StrEnum):
     BAD_RESPONSE = "bad-response"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueryResult:
     value: float | None
     failure: Failure | None = None
@@ -34,7 +34,7 @@ class QueryResult:
         return self.failure is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     labels: dict[str, str]
     value: float
