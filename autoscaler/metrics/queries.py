@@ -208,7 +208,10 @@ def _by_owner(name: str, selector: str, kind: str, stale: str | None = None) -> 
     pods of ``stale`` left out."""
     key = batch_key(name)
     histogram = key in HISTOGRAMS
-    by_pod = _expression(name, selector, "namespace,pod" + (",le" if histogram else ""))
+    if key == "kv_cache_usage_perc":  # a pod's fallback to the gauge's older name is matched pod by pod
+        by_pod = _expression(name, selector, "namespace,pod")
+    else:  # a sum of the pods' series, summed by owner at once: a sum by pod first cost Prometheus a sixth more
+        by_pod = (_SERIES[key][1] or "").replace("{S}", f"{{{selector}}}")
     if stale is not None:
         by_pod = f"({by_pod}) unless on (namespace, pod) ({stale})"
     # A pod's owner from its name, as ``pod_owners`` reads it: the greedy group leaves the kind's suffix.
