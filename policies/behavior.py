@@ -17,6 +17,7 @@ State is an explicit object and ``now`` is an argument, so the same inputs alway
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -102,6 +103,13 @@ def _changes_in_period(events: list[ScaleEvent], period: int, now: float) -> int
     return sum(event.change for event in events if event.at > cutoff)
 
 
+@functools.lru_cache(maxsize=1024)
+def _recommendation(replicas: int, at: float) -> TimedRecommendation:
+    """One tuple for every workload that recommends ``replicas`` at ``at`` (a tick decides them all at one time): a
+    full window a workload was 21 tuples of its own, 13 MB at 10,000 workloads (docs/decisions/daemon-scale.md)."""
+    return TimedRecommendation(replicas, at)
+
+
 def stabilize(state: BehaviorState, behavior: ResolvedBehavior, current: int, desired: int, now: float) -> int:
     """``stabilizeRecommendationWithBehaviors``: clamp ``current`` into [min of up window, max of down window].
 
@@ -120,7 +128,7 @@ def stabilize(state: BehaviorState, behavior: ResolvedBehavior, current: int, de
         if at < old_cutoff:
             old_index = index
     recommendation = min(max(current, up_recommendation), down_recommendation)
-    entry = TimedRecommendation(desired, now)
+    entry = _recommendation(desired, now)
     if old_index >= 0:
         state.recommendations[old_index] = entry
     else:
