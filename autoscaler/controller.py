@@ -33,7 +33,7 @@ from autoscaler.logs import Writer, get_logger, line_writer
 from autoscaler.metrics.source import MetricSource
 from autoscaler.observer import Observer, WorkloadMetrics
 from autoscaler.state import HEARTBEAT_S, RECORD_FIELDS, LastScale, StateStore, WorkloadRecord, record_key
-from autoscaler.telemetry import Telemetry
+from autoscaler.telemetry import Series, Telemetry
 from autoscaler.warm_up import FleetHistory, WarmUp, history_seconds
 from policies.base import Observation
 from policies.behavior import BehaviorState, ScaleEvent, TimedRecommendation
@@ -84,6 +84,10 @@ class WorkloadRuntime:
     conditions: list[Condition] = field(default_factory=list)  # AbleToScale, ScalingActive, ScalingLimited
     record: WorkloadRecord | None = None  # its record as last built (``Controller._records``)
     shape: tuple[Any, ...] = ()  # and what it was built from (``_shape``)
+    # Its series of current and ready, and of desired, recommended and the bounds, looked up when first set (six
+    # ``labels()`` a decision were 3 % of a tick's CPU at 10,000 workloads).
+    read_series: tuple[Series, Series] | None = None
+    decided_series: tuple[Series, Series, Series, Series] | None = None
 
 
 class Controller:
@@ -290,8 +294,10 @@ class Controller:
             runtime.missing = False
             log.info("target-found", workload=key)
         line.update(current=state.replicas, ready=state.ready)
-        self.telemetry.current.labels(key).set(state.replicas)
-        self.telemetry.ready.labels(key).set(state.ready)
+        if runtime.read_series is None:
+            runtime.read_series = (self.telemetry.current.labels(key), self.telemetry.ready.labels(key))
+        runtime.read_series[0].set(state.replicas)
+        runtime.read_series[1].set(state.ready)
         self._track_cold_start(runtime, state, now)
 
         refusal = self._ownership(runtime, state, line)
@@ -469,10 +475,19 @@ class Controller:
         )
         if decision.details.get("policy"):
             line["policy"] = decision.details["policy"]
-        self.telemetry.desired.labels(key).set(desired)
-        self.telemetry.recommended.labels(key).set(decision.recommended)
-        self.telemetry.min_replicas.labels(key).set(workload.min_replicas)
-        self.telemetry.max_replicas.labels(key).set(workload.max_replicas)
+        if runtime.decided_series is None:
+            t = self.telemetry
+            runtime.decided_series = (
+                t.desired.labels(key),
+                t.recommended.labels(key),
+                t.min_replicas.labels(key),
+                t.max_replicas.labels(key),
+            )
+        desired_series, recommended_series, min_series, max_series = runtime.decided_series
+        desired_series.set(desired)
+        recommended_series.set(decision.recommended)
+        min_series.set(workload.min_replicas)
+        max_series.set(workload.max_replicas)
         self.telemetry.decisions.labels(key, decision.reason).inc()
         if self.actuator.dry_run:
             return self._shadow(runtime, state, decision, desired, line)

@@ -184,9 +184,10 @@ def metric_value(spec: MetricSpec, observation: Observation) -> float | None:
     (``no_requests``): held as missing, an idle latency quantile kept an idle fleet at its size for good.
     An empty result (no series) is still no value. Table-tested in tests/test_policies.py
     (test_an_idle_latency_quantile_is_no_load)."""
-    if no_requests(spec, observation.metrics.get(spec.name)):
+    raw = observation.metrics.get(spec.name)
+    if no_requests(spec, raw):
         return 0.0
-    return observation.value(spec.name)
+    return raw if usable(raw) else None
 
 
 def observed_metrics(
