@@ -704,6 +704,8 @@ class Controller:
             self._built_at = wall
         records = {}
         self._changed = []
+        # Each pair of the behavior's history once, for every record built (``dump_behavior``).
+        pairs: dict[tuple[int, float], list[float]] = {}
         for line in lines:
             runtime = self.runtime.get(line["workload"])
             if runtime is None:
@@ -757,7 +759,7 @@ class Controller:
                 heading=line.get("heading"),
                 agrees=line.get("agrees"),
                 conditions=runtime.conditions,
-                behavior=dump_behavior(held.behavior, to_wall),
+                behavior=dump_behavior(held.behavior, to_wall, pairs),
                 scaled_to_zero=held.zero.asleep,
             )
             runtime.shape = shape
@@ -834,10 +836,22 @@ def _shape(runtime: WorkloadRuntime, said: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def dump_behavior(state: BehaviorState, to_wall: float) -> dict[str, list[list[float]]]:
-    """The behavior history with its times on the wall clock (``to_wall`` added)."""
+def dump_behavior(
+    state: BehaviorState, to_wall: float, pairs: dict[tuple[int, float], list[float]] | None = None
+) -> dict[str, list[list[float]]]:
+    """The behavior history with its times on the wall clock (``to_wall`` added). ``pairs`` holds each recommendation's
+    pair once for every record a tick builds (never changed once made: a record is built again, not edited): a tick's
+    workloads recommend at one time, and 21 pairs of their own a workload were 22 MB at 10,000 workloads."""
+    if pairs is None:
+        pairs = {}
+    recommendations = []
+    for r in state.recommendations:
+        pair = pairs.get(r)
+        if pair is None:
+            pair = pairs[r] = [r.replicas, r.at + to_wall]
+        recommendations.append(pair)
     return {
-        "recommendations": [[r.replicas, r.at + to_wall] for r in state.recommendations],
+        "recommendations": recommendations,
         "scale_up": [[e.change, e.at + to_wall, float(e.outdated)] for e in state.scale_up_events],
         "scale_down": [[e.change, e.at + to_wall, float(e.outdated)] for e in state.scale_down_events],
     }
