@@ -8,7 +8,8 @@ kube-apiserver's start script folder, by default ``../shared/kube`` beside the c
   changed: no LIST; the ticks before it an interval apart on the decision clock, each settled as the daemon
   settles it: ``_fill_windows``). The servers, the exporter and the making of the
   Deployments run in other processes, so the CPU time and memory are the daemon's alone: ``daemon_rss_mib`` is
-  the process's resident memory with that one controller after the burst below, ``peak_rss_mib`` the bench
+  the process's resident memory with that one controller after the burst below and a heartbeat's tick (every
+  record built again, with its full window, as every 5 minutes), ``peak_rss_mib`` the bench
   process's peak (the warm-up's second controller included). ``cluster_made_s`` is the making of the
   Deployments, eight at a time.
 * ``state_*``: the state store of that controller (``autoscaler.state``, a ConfigMap in ``default``): the shards
@@ -250,7 +251,11 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         figures |= _steady_tick(controller, source, store)
         settle(controller, settled)
         figures |= _burst(controller, parent, count)
-        figures["daemon_rss_mib"] = _rss_mib()  # one controller of the fleet, after its burst
+        settle(controller, settled)
+        store.written_at = -math.inf  # a heartbeat's tick: every record built again, its full window with it
+        controller.tick()
+        settle(controller, settled)
+        figures["daemon_rss_mib"] = _rss_mib()  # one controller of the fleet, after its burst and a heartbeat
         budget = parse_policy_document(_slo_written(_policy(prometheus.url, _workloads(count))))
         figures |= bench_warm_up_ticks(Controller(None, budget, source, DryRunActuator(actuator)))
         figures["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
