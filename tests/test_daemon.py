@@ -99,3 +99,13 @@ def test_the_malloc_arenas_are_limited() -> None:
     from autoscaler.daemon import limit_arenas
 
     assert limit_arenas() is True
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_what_a_tick_freed_goes_back_to_the_system() -> None:
+    """40 MB of malloc's own chunks freed: ``trim_heap`` (after every tick, ``settle``) gives pages back (1)."""
+    from autoscaler.daemon import trim_heap
+
+    held = [bytes(2000) for _ in range(20_000)]
+    del held
+    assert trim_heap() is True
