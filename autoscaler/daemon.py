@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import functools
 import gc
 import math
 import os
@@ -15,6 +16,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -220,22 +222,25 @@ def limit_arenas() -> bool:
     queries and writes) left some 20 MB of the 300 MiB aimed at in their fragments at 10,000 workloads
     (docs/decisions/daemon-scale.md). Made before any thread starts. False where there is no glibc (musl, macOS):
     nothing to limit there."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_ARENA_MAX, ARENAS))
+    mallopt = _glibc("mallopt")
+    return mallopt is not None and bool(mallopt(M_ARENA_MAX, ARENAS))
 
 
 def trim_heap() -> bool:
     """Give the heap's free pages back to the system (glibc's ``malloc_trim(0)``, 1 ms at 10,000 workloads): what a
     tick freed, a heartbeat's records and state text above all, otherwise stays in the RSS (8 MB of it in a harness
     at 10,000 workloads; docs/decisions/daemon-scale.md). False where there is no glibc: nothing to trim there."""
+    malloc_trim = _glibc("malloc_trim")
+    return malloc_trim is not None and bool(malloc_trim(0))
+
+
+@functools.cache
+def _glibc(name: str) -> Any:
+    """glibc's function ``name``, looked up once (``trim_heap`` runs after every tick), or None without it."""
     try:
-        malloc_trim = ctypes.CDLL(None).malloc_trim
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
-        return False
-    return bool(malloc_trim(0))
+        return None
 
 
 THAW_S = 3600.0  # how often ``settle`` thaws and collects everything, for a cycle that became garbage while frozen
