@@ -1,6 +1,7 @@
 """The built-in workload sized for a trace, a replica model and an SLO, as ``simulate`` sizes it when no
-policy file is given: the targets by load tests of the replica (``sizing.builtin_shares``), the headroom
-for the SLO target (``sizing.headroom_scale``), the fleet's pooling (``sizing.pooling_gain``)."""
+policy file is given: the targets by load tests of the replica (``sizing.builtin_shares``), and the default's
+block, which follows the work at a utilization the load test starts and the error budget moves
+(``with_error_budget``)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,18 @@ from typing import Any
 import numpy as np
 
 from policies.policy_file import PolicyFile, parse_policy_document
-from policies.predictive import default_headroom, default_horizon, pooled_capacity
 from simulations.contenders import workload_variant
 from simulations.replica_model import ReplicaModel
 from simulations.report import percent
 from simulations.sizing import (
-    LOAD_TEST_REPLICAS,
-    POOLED_REPLICAS,
     REFERENCE_SLO_TARGET,
     REFERENCE_SLO_TTFT_S,
     Shares,
     at_least_builtin,
     builtin_shares,
-    headroom_scale,
     held_decode_tokens_per_s,
     load_test_needed,
     load_test_utilization,
-    pooling_gain,
     tighter_than_reference,
 )
 from simulations.traces import PROMPT_LOGNORMAL, Trace
@@ -61,8 +57,6 @@ def builtin_document(
     trace: Trace | None = None,
     share: float = 1.0,
     prompt_share: float = 1.0,
-    headroom_scale: float = 1.0,
-    pooling_gain: float = 0.0,
     replica_share: float = 1.0,
 ) -> dict[str, Any]:
     """The built-in workload, its targets sized for ``model``'s replica, the trace's requests and the SLO,
@@ -87,10 +81,7 @@ def builtin_document(
     No KV-cache metric: the built-in one is the busiest replica's usage, and one long prompt fills a
     replica's cache whatever the fleet's load, so as a ``Value`` target it grows with the fleet it sizes.
 
-    The policy is ``predictive`` with its default headroom for the cold start, times ``headroom_scale``
-    for an SLO target other than 99 % (``sizing.headroom_scale``); at 1 the file leaves it to the policy.
-    With ``pooling_gain`` (``sizing.pooling_gain``), larger fleets than the load test's run each replica
-    hotter (its ``pooling`` block).
+    The policy is ``predictive``, its block left to ``with_error_budget``.
     """
     # Without a trace, about the mean request of the Azure conversation trace (1,155 + 211 tokens).
     footprint = float(np.mean(trace.prompt_tokens) + np.mean(trace.output_tokens)) if trace is not None else 1_400.0
@@ -99,11 +90,6 @@ def builtin_document(
         holds = max(holds, min(holds / replica_share, ReplicaModel().sequences_held(footprint)))
     cold_start = max(1, round(model.cold_start_s))
     policy: dict[str, Any] = {"type": "predictive"}
-    if headroom_scale != 1.0:
-        horizon = default_horizon(cold_start, BUILTIN_INTERVAL_S)
-        policy["headroom"] = round(default_headroom(horizon) * headroom_scale, 4)
-    if pooling_gain > 0:
-        policy["pooling"] = {"gain": pooling_gain, "replicas": LOAD_TEST_REPLICAS}
     return {
         "interval": BUILTIN_INTERVAL_S,
         "workloads": [
@@ -140,16 +126,13 @@ def with_error_budget(
     trace: Trace | None = None,
     start: float | None = None,
 ) -> dict[str, Any]:
-    """The built-in document (``builtin_document``) with the SLO it is sized for and predictive's headroom
-    learned over the last hour, handed back to the configured one as the slo's error budget burns, counted with
-    ``model``'s idle prefill speed and the spread of the trace's prompt lengths, or without a trace of the
-    built-in lengths it is then sized for (``learnedHeadroom.budget``).
-
-    On every matrix set it met the SLO wherever the configured headroom alone did, and for 1.5 to 3.8 % fewer
-    GPU-hours (docs/decisions/predictive-headroom.md). The block's own defaults with a budget are the hour's
-    learning measured there. The budget also
-    ``spend``s: an outer loop runs the fleet hotter than sized while the budget is left
-    (docs/decisions/error-budget-loop.md)."""
+    """The built-in document (``builtin_document``) with the SLO it is sized for and predictive's block as the
+    default runs it: the fleet a follower of its work (``utilization``: a replica's prefill and decode speeds, and
+    the utilization a load test of a few replicas starts from, ``start`` or ``load_test_utilization``'s), the
+    utilization moved by the slo's error budget, whose misses are counted with ``model``'s idle prefill speed and
+    the spread of the trace's prompt lengths, or of the built-in lengths without a trace (``learnedHeadroom.budget``;
+    docs/decisions/predictive-utilization.md). Only what that block uses is written: the targets' headroom, a
+    pooling gain and the spending loop size a block without ``utilization``, so none of them is here."""
     workload = document["workloads"][0]
     policy = workload["policy"]
     if policy.get("type") != "predictive":
@@ -158,7 +141,6 @@ def with_error_budget(
     budget = {
         "prefillTokensPerSecond": round(model.idle_prefill_tokens_per_s, 1),
         "promptLengthSigma": round(spread, 2),
-        "spend": True,
     }
     learned = {"budget": budget}
     if start is None:
@@ -176,7 +158,7 @@ def with_error_budget(
 
 def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None, **sizing: float) -> PolicyFile:
     """``builtin_document`` for ``model`` (the built-in replica without one) and the trace's requests,
-    validated as a policy file; ``sizing`` are its shares, headroom scale and pooling gain."""
+    validated as a policy file; ``sizing`` are its shares (``builtin_document``)."""
     return parse_policy_document(builtin_document(model or ReplicaModel(), trace, **sizing), "<built-in>")
 
 
@@ -209,32 +191,11 @@ def sized_builtin(
             f"the built-in request lengths and replica at {reference}{replica}",
             "\n",
         )
-    scale = headroom_scale(slo_target)
-    if scale != 1.0:
-        note(
-            f"the built-in workload holds {scale:.2f} of predictive's default headroom for a target of "
-            f"{percent(slo_target)} (simulations/sizing.py)",
-            "\n",
-        )
-    gain = 0.0
-    # A share below 1 already stands for the fleet's pooling (``sizing.pooling_gain``).
-    if not tighter_than_reference(slo_ttft, slo_target) and shares.replica >= 1:
-        note(
-            f"load-testing how much more a replica carries in a fleet of {POOLED_REPLICAS} than of "
-            f"{LOAD_TEST_REPLICAS} (simulations/sizing.py): ",
-            "",
-        )
-        # The looser or reference SLO is the one the shares' load test ran under, if it ran.
-        gain = pooling_gain(model, trace, slo_ttft, slo_target, shares.reference_rate)
-        pooled = pooled_capacity(POOLED_REPLICAS, gain, LOAD_TEST_REPLICAS)
-        note(f"{pooled:.2f} times as much, pooling gain {gain:g} a doubling", "\n")
     raw = builtin_document(
         model,
         trace,
         share=shares.slo,
         prompt_share=shares.mix,
-        headroom_scale=scale,
-        pooling_gain=gain,
         replica_share=shares.replica,
     )
     note("load-testing the utilization at which a few replicas spend the budget's aim (simulations/sizing.py): ", "")
@@ -248,8 +209,6 @@ def sized_builtin(
             "num_requests_running": round(shares.slo, 4),
         },
         "builtin_replica_share": round(shares.replica, 4),
-        "builtin_headroom_scale": round(scale, 4),
-        "builtin_pooling_gain": gain,
         "builtin_utilization_start": round(start, 4),
     }
     return document, sizing

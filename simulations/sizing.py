@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
@@ -31,13 +30,6 @@ LOAD_TEST_REPLICAS = 8
 LOAD_TEST_S = 3600.0
 LOAD_TEST_MOST_REQUESTS = 200_000  # at its highest rate: a test of tiny requests is shortened to it
 LOAD_TEST_STEPS = 8  # to 0.4 % of the bound
-POOLED_REPLICAS = 3 * LOAD_TEST_REPLICAS  # the larger fleet of the pooling test
-# Per doubling. The load test's steady arrivals measured up to 0.27 (long prompts on a slow prefill), but a
-# fleet that runs that much hotter meets bursts at the knee of its queue: a 4x-prompt hour measured 0.22,
-# and with it predictive's attainment fell from 0.989 to 0.971 (at 0.1, 0.987), where the Azure hour and
-# the built-in day, measured at 0.10, lost 0.002-0.003 (docs/simulation.md).
-MOST_POOLING_GAIN = 0.1
-POOLING_STEPS = 5  # to 0.003 of gain
 TIGHTER_STEPS = 6  # the tighter SLO's search, below the reference's rate: to 1.6 % of it
 LEAST_SHARE = 0.1
 # Samples of the built-in length distribution itself (the built-in day's, seeds 0-3; the two-day trace's)
@@ -171,9 +163,6 @@ class Shares:
     mix: float = 1.0
     # Of ``slo``, the part for a replica on which the SLO is tighter than on the built-in one (``replica_slack``).
     replica: float = 1.0
-    # What the load test's fleet sustains under the SLO the targets stand for (``None``: not tested), which
-    # ``pooling_gain`` needs too.
-    reference_rate: float | None = None
 
     @property
     def prompt_tokens(self) -> float:
@@ -247,7 +236,7 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     test = LoadTest.of(model, trace)
     reference = sustained_rate(test, model, *sized_for)
     if reference <= 0:
-        return Shares(reference_rate=reference)  # no load meets even that SLO: nothing to scale from
+        return Shares()  # no load meets even that SLO: nothing to scale from
     ratio = 1.0
     if tighter:
         ratio = sustained_rate(test, model, slo_ttft, slo_target, below=reference, steps=TIGHTER_STEPS) / reference
@@ -263,57 +252,7 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     if not trace.builtin_lengths and builtin_rate > 0:
         builtin_prompt_rate = builtin_rate * float(np.mean(builtin.prompts))
         mix = mix_share(reference * float(np.mean(test.prompts)) / builtin_prompt_rate)
-    return Shares(slo, mix, math.sqrt(replica), reference)
-
-
-def pooling_gain(
-    model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float, reference: float | None = None
-) -> float:
-    """How much more a replica carries within the SLO for each doubling of the fleet, from a load test of
-    ``LOAD_TEST_REPLICAS`` replicas and one of ``POOLED_REPLICAS`` on the same requests: the built-in
-    workload's ``pooling.gain`` (``PredictivePolicy``'s pooling), for targets measured on the smaller
-    fleet.
-
-    A fleet pools its queue: a request that arrives behind a long prompt finds another replica free more
-    often among 24 than among 8, so each replica runs hotter at the same SLO (square-root staffing). On
-    the Azure hour's requests at 2 s, 4, 8, 16 and 24 replicas sustain 0.27, 0.32, 0.35 and 0.37 requests/s
-    each. At most ``MOST_POOLING_GAIN``: steady arrivals overstate what bursts leave of it. 0 for an SLO
-    tighter than the reference: the share of the targets taken there is already the
-    square root of the rate ratio, which stands for the fleet's pooling (``builtin_shares``), and
-    counting it twice missed the SLO (the built-in day at 1 s, 0.988). ``reference``: the rate the
-    smaller fleet sustains, if ``builtin_shares`` has already found it (``Shares.reference_rate``)."""
-    if tighter_than_reference(slo_ttft, slo_target):
-        return 0.0
-    small, large = LoadTest.of(model, trace), LoadTest.of(model, trace, POOLED_REPLICAS)
-    if reference is None:
-        reference = sustained_rate(small, model, slo_ttft, slo_target)
-    if reference <= 0:
-        return 0.0
-    doublings = math.log2(POOLED_REPLICAS / small.fleet)
-    flat = reference * POOLED_REPLICAS / small.fleet  # the larger fleet's rate with no pooling gain
-    most = flat * (1 + MOST_POOLING_GAIN * doublings)
-    if not large.meets(model, flat, slo_ttft, slo_target):
-        return 0.0
-    if large.meets(model, most, slo_ttft, slo_target):
-        return MOST_POOLING_GAIN
-    rate = sustained_rate(large, model, slo_ttft, slo_target, below=most, steps=POOLING_STEPS, above=flat)
-    return round((rate / flat - 1) / doublings, 4)
-
-
-MOST_TARGET_FOR_HEADROOM = 0.9999  # a target of 1 has no finite quantile
-
-
-def headroom_scale(slo_target: float) -> float:
-    """How much of the default headroom the built-in workload holds for ``slo_target``: the normal
-    quantile of the target over that of the reference target (99 %), never below 0.
-
-    The headroom absorbs the bursts no replica starts fast enough to meet; the target sets how many of their requests
-    may miss. A higher target leaves fewer to miss, a lower one more, and the rises a headroom must cover are taken as
-    roughly normal. The policy itself does not know the SLO, so this is the built-in workload's, sized as a user would
-    size theirs. Measured: docs/decisions/builtin-sizing.md."""
-    quantile = NormalDist().inv_cdf
-    target = min(slo_target, MOST_TARGET_FOR_HEADROOM)
-    return max(0.0, quantile(target)) / quantile(REFERENCE_SLO_TARGET)
+    return Shares(slo, mix, math.sqrt(replica))
 
 
 def mix_share(ratio: float) -> float:

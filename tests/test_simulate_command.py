@@ -77,10 +77,7 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
     # The built-in day's requests are the built-in distribution's, and 2 s is the reference SLO.
     assert data["model"]["builtin_target_shares"] == {"prompt_tokens_per_second": 1.0, "num_requests_running": 1.0}
     assert data["model"]["builtin_replica_share"] == 1.0  # the built-in replica
-    # A fleet of 24 pools its queue better than the load test's 8 (measured 0.03 a doubling with prefill served
-    # in order, 0.08-0.10 when it was shared).
-    gain = data["model"]["builtin_pooling_gain"]
-    assert 0.01 < gain < 0.2
+    assert "builtin_pooling_gain" not in data["model"]  # the default follows its work: no pooling gain to size
     runs = {r["policy"]: r for r in data["results"]}
     settings = runs["predictive"]["settings"]
     # Where the run ended: the utilization the budget moved it to, and the share of the day's budget spent.
@@ -91,14 +88,13 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
         "type": "predictive",
         "tolerance": 0.1,
         "minRiseReplicas": 0.5,
-        "pooling": {"gain": gain, "replicas": 8.0},
         "learnedHeadroom": {
             "priorSeconds": 1200.0,
             "memorySeconds": 3600.0,
             "budget": {
                 "prefillTokensPerSecond": 976.6,
                 "promptLengthSigma": 0.5,
-                "spend": True,
+                "spend": False,  # the budget moves the utilization instead
             },  # the built-in lengths' spread
         },
         # the load test's, at the replica's prefill and its generation at the batch of the built-in lengths it holds
@@ -283,11 +279,10 @@ def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_d
     assert workload["policy"]["type"] == "predictive"
     # The built-in's error budget, counted with the simulated replica's idle prefill speed and the spread of the
     # trace's prompt lengths, goes with it.
-    assert workload["policy"]["learnedHeadroom"]["budget"] == {
-        "prefillTokensPerSecond": 976.6,
-        "promptLengthSigma": 0.5,
-        "spend": True,
-    }
+    budget = workload["policy"]["learnedHeadroom"]["budget"]
+    assert budget == {"prefillTokensPerSecond": 976.6, "promptLengthSigma": 0.5}
+    # Only what the default that follows its work uses: no headroom, pooling or spending loop.
+    assert set(workload["policy"]) == {"type", "learnedHeadroom", "utilization"}
     assert (
         parse_policy_document(yaml.safe_load(written.read_text())).workloads[0].metrics[0].target.value
         == (workload["capacity"]["promptTokensPerSecond"])

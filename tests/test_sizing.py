@@ -11,8 +11,7 @@ import pytest
 
 import simulations.sizing as sizing
 from autoscaler.cli import main
-from policies.predictive import default_headroom
-from simulations.builtin import builtin_document, builtin_policy
+from simulations.builtin import builtin_document
 from simulations.replica_model import ReplicaModel
 from simulations.sizing import (
     LEAST_SHARE,
@@ -20,9 +19,7 @@ from simulations.sizing import (
     MOST_MIX_RATIO,
     LoadTest,
     builtin_shares,
-    headroom_scale,
     mix_share,
-    pooling_gain,
     sustained_rate,
 )
 from simulations.traces import Trace, load_trace
@@ -229,112 +226,25 @@ def test_a_policy_files_targets_are_left_as_written(tmp_path: Path, monkeypatch:
         == 0
     )
     model = json.loads(out.read_text())["model"]
-    assert "builtin_target_shares" not in model and "builtin_headroom_scale" not in model
+    assert "builtin_target_shares" not in model
     assert {m["name"]: m["target"]["value"] for m in model["metrics"]}["prompt_tokens_per_second"] == 500
 
 
-@pytest.mark.parametrize(
-    ("target", "expected"),
-    [
-        (0.99, 1.0),  # the reference: the policy's own default
-        (0.995, 1.1072),
-        (0.999, 1.3284),
-        (0.98, 0.8828),
-        (0.95, 0.7071),
-        (0.5, 0.0),  # half the requests may miss: nothing held for bursts
-        (0.3, 0.0),  # never negative
-        (1.0, 1.5987),  # every request: the quantile of 99.99 %, not an infinite fleet
-    ],
-)
-def test_headroom_scale_is_the_targets_normal_quantile_over_the_references(target: float, expected: float) -> None:
-    assert headroom_scale(target) == pytest.approx(expected, abs=1e-4)
-
-
-@pytest.mark.parametrize("cold_start", [60.0, 300.0, 900.0])
-def test_the_builtin_workload_holds_the_scaled_default_headroom(cold_start: float) -> None:
-    model = ReplicaModel(cold_start_s=cold_start)
-    assert "headroom" not in builtin_document(model)["workloads"][0]["policy"]
-    policy = builtin_document(model, headroom_scale=1.5)["workloads"][0]["policy"]
-    assert policy["headroom"] == pytest.approx(1.5 * default_headroom(cold_start + 15), abs=1e-4)
-    # And the policy runs with it.
-    for scale in (1.0, 1.5):
-        document = builtin_policy(model, headroom_scale=scale)
-        resolved = document.decider(document.workloads[0]).policy.resolved()  # type: ignore[attr-defined]
-        assert resolved["headroom"] == pytest.approx(scale * default_headroom(cold_start + 15), abs=1e-4)
-
-
 @pytest.mark.usefixtures("short_load_test")
-def test_simulate_scales_the_builtin_headroom_for_the_slo_target(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["0.99", "0.999", "0.95"])
+def test_the_default_block_holds_only_what_following_the_work_uses(tmp_path: Path, target: str) -> None:
+    """Given only an slo, the block written is the follower's: its utilization and the budget's count, whatever the
+    target; no headroom, pooling or spending loop, which only a block without ``utilization`` sizes with."""
     trace = ten_minutes_of_requests(tmp_path)
-    headroom: dict[str, float] = {}
-    for target in ("0.99", "0.999"):
-        out = tmp_path / f"r{target}.json"
-        assert main(["simulate", "--trace", str(trace), "--slo-target", target, "--out", str(out)]) == 0
-        data = json.loads(out.read_text())
-        assert data["model"]["builtin_headroom_scale"] == round(headroom_scale(float(target)), 4)
-        predictive = next(r for r in data["results"] if r["policy"] == "predictive")
-        headroom[target] = predictive["settings"].get("headroom")
-    # At 99 % the block leaves the headroom to the policy's default; the follower of the work it now runs with
-    # uses none, so only what --tune searches from is written (docs/decisions/predictive-utilization.md).
-    assert headroom["0.99"] is None
-    assert headroom["0.999"] == pytest.approx(0.6 * headroom_scale(0.999), abs=1e-4)
-
-
-def test_a_tighter_slo_measures_no_pooling_gain(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its share of the targets already stands for the fleet's pooling (the square root of the ratio)."""
-
-    def no_load_test(*_: object, **__: object) -> float:
-        raise AssertionError("no pooling test under a tighter SLO")
-
-    monkeypatch.setattr(sizing, "sustained_rate", no_load_test)
-    assert pooling_gain(ReplicaModel(), chat_requests(), 1.0, 0.99) == 0.0
-    assert pooling_gain(ReplicaModel(), chat_requests(), 2.0, 0.999) == 0.0
-
-
-@pytest.mark.usefixtures("short_load_test")
-def test_a_larger_fleet_carries_more_per_replica_and_the_gain_says_how_much(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sizing, "POOLED_REPLICAS", 12)
-    monkeypatch.setattr(sizing, "MOST_POOLING_GAIN", 0.3)  # wide enough to find the gain inside it
-    model, requests = ReplicaModel(), chat_requests()
-    gain = pooling_gain(model, requests, 2.0, 0.99)
-    assert 0.02 < gain < sizing.MOST_POOLING_GAIN
-    small = LoadTest.of(model, requests)
-    large = LoadTest.of(model, requests, 12)
-    assert (small.fleet, large.fleet) == (4, 12)
-    per_replica = sustained_rate(small, model, 2.0, 0.99) / 4
-    # Searched between the smaller fleet's rate per replica, which the larger one carries, and the most
-    # gain allowed, which it does not.
-    assert large.meets(model, 12 * per_replica, 2.0, 0.99)
-    assert not large.meets(model, 12 * per_replica * (1 + sizing.MOST_POOLING_GAIN * np.log2(3)), 2.0, 0.99)
-    assert pooling_gain(model, requests, 2.0, 0.99) == gain  # seeded: the same answer
-    monkeypatch.setattr(sizing, "MOST_POOLING_GAIN", gain / 2)
-    assert pooling_gain(model, requests, 2.0, 0.99) == gain / 2  # capped
-
-
-def test_no_pooling_gain_where_the_larger_fleet_does_not_even_keep_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sizing, "sustained_rate", lambda *a, **k: 1.0)
-    monkeypatch.setattr(LoadTest, "meets", lambda *a, **k: False)
-    assert pooling_gain(ReplicaModel(), chat_requests(), 2.0, 0.99) == 0.0
-
-
-@pytest.mark.usefixtures("short_load_test")
-def test_the_pooling_test_takes_the_rate_the_shares_test_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under the reference SLO or a looser one, both tests start from the same fleet's rate: found once."""
-    monkeypatch.setattr(sizing, "POOLED_REPLICAS", 12)
-    model, requests = ReplicaModel(), chat_requests(builtin=False)
-    shares = builtin_shares(model, requests, 3.0, 0.99)
-    assert shares.reference_rate == sustained_rate(LoadTest.of(model, requests), model, 3.0, 0.99)
-    expected = pooling_gain(model, requests, 3.0, 0.99)
-    searches: list[float | None] = []
-    real = sizing.sustained_rate
-
-    def counted(*args: object, **kwargs: object) -> float:
-        searches.append(kwargs.get("above"))  # type: ignore[arg-type]
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(sizing, "sustained_rate", counted)
-    assert pooling_gain(model, requests, 3.0, 0.99, shares.reference_rate) == expected
-    assert all(above is not None for above in searches)  # only the larger fleet's search, if any
+    out = tmp_path / "r.json"
+    assert main(["simulate", "--trace", str(trace), "--slo-target", target, "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert not {"builtin_headroom_scale", "builtin_pooling_gain"} & set(data["model"])
+    predictive = next(r for r in data["results"] if r["policy"] == "predictive")
+    settings = predictive["settings"]
+    assert not {"headroom", "pooling", "spendingScale", "blendedHeadroom"} & set(settings)
+    assert settings["learnedHeadroom"]["budget"]["spend"] is False  # its default: the budget moves the utilization
+    assert set(settings["utilization"]) == {"start", "prefillTokensPerSecond", "decodeTokensPerSecond"}
 
 
 def test_a_replica_with_at_least_the_builtin_ones_capacities_needs_no_replica_load_test(

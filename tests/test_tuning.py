@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -14,6 +14,20 @@ from simulations.compare import compare
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult
 from simulations.traces import Trace, synthetic_day
+
+if TYPE_CHECKING:
+    from policies.policy_file import PolicyFile
+
+
+def with_pooling(document: PolicyFile, gain: float) -> PolicyFile:
+    """A predictive block as a user may write it, with a ``pooling`` block of ``gain`` (none at 0): the built-in
+    one carries none, the default that follows its work using none."""
+    from simulations.contenders import policy_variant
+
+    if not gain:
+        return document
+    workload = document.workloads[0]
+    return policy_variant(document, workload, {**workload.policy, "pooling": {"gain": gain, "replicas": 8}})[0]
 
 
 def test_tuning_tries_the_same_capacities_for_threshold_and_predictive() -> None:
@@ -54,7 +68,7 @@ def test_predictive_at_headroom_0_without_trend_hold_or_pooling_decides_as_thres
     from policies.base import Observation
     from simulations.tuning import knob_variant
 
-    document = builtin_policy(ReplicaModel(prefill_tokens_per_s=8123.4567), pooling_gain=0.1)
+    document = with_pooling(builtin_policy(ReplicaModel(prefill_tokens_per_s=8123.4567)), 0.1)
     workload = document.workloads[0]
     target = round(workload.metrics[0].target.value * scale, 4)
     as_threshold = {"headroom": 0.0, "maxGrowth": 0.0, "minRiseReplicas": 0.0, "poolingGain": 0.0}
@@ -165,7 +179,7 @@ def test_tuning_predictive_tries_headroom_0_as_threshold_runs_its_targets_as_giv
     tried: list[dict[str, float]] = []
     _watch_tuning_runs(monkeypatch, lambda contender, _: tried.append(dict(contender.tuned or {})))
     trace = synthetic_day(seed=1, mean_rps=0.5, hours=0.1, bursts=0)
-    document = builtin_policy(pooling_gain=pooling_gain)
+    document = with_pooling(builtin_policy(), pooling_gain)
     tune(
         trace,
         ReplicaModel(cold_start_s=60),
@@ -207,7 +221,7 @@ def test_predictives_search_in_thresholds_decisions_is_thresholds_search_run_for
     _watch_tuning_runs(monkeypatch, seen)
     trace = synthetic_day(seed=4, mean_rps=1.5, hours=0.5, bursts=2)
     model = ReplicaModel(cold_start_s=120, prefill_tokens_per_s=987.654321)
-    document = builtin_policy(model, trace, pooling_gain=0.1)
+    document = with_pooling(builtin_policy(model, trace), 0.1)
     if tolerance is not None:
         block = {**document.workloads[0].policy, "tolerance": tolerance}
         document, _ = policy_variant(document, document.workloads[0], block)
@@ -262,7 +276,7 @@ def test_tuned_predictive_with_pooling_still_costs_no_more_than_tuned_threshold(
     tuned predictive never costs more."""
     trace = synthetic_day(seed=5, mean_rps=4.0, hours=0.5, bursts=2)
     model = ReplicaModel(cold_start_s=120)
-    document = builtin_policy(model, trace, pooling_gain=0.1)
+    document = with_pooling(builtin_policy(model, trace), 0.1)
     assert document.workloads[0].policy["pooling"]["gain"] == 0.1
     tuned = {
         r.policy: r
