@@ -131,8 +131,8 @@ def with_error_budget(
     the utilization a load test of a few replicas starts from, ``start`` or ``load_test_utilization``'s), the
     utilization moved by the slo's error budget, whose misses are counted with ``model``'s idle prefill speed and
     the spread of the trace's prompt lengths, or of the built-in lengths without a trace (``learnedHeadroom.budget``;
-    docs/decisions/predictive-utilization.md). Only what that block uses is written: the targets' headroom, a
-    pooling gain and the spending loop size a block without ``utilization``, so none of them is here."""
+    docs/decisions/predictive-utilization.md). Only what that block uses is written: the targets' headroom and a
+    pooling gain size a block without ``utilization``, so neither is here."""
     workload = document["workloads"][0]
     policy = workload["policy"]
     if policy.get("type") != "predictive":

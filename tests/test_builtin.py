@@ -61,8 +61,6 @@ def test_the_builtin_default_counts_the_slos_error_budget_with_the_replicas_idle
     learned = workload.policy["learnedHeadroom"]
     # 1 / (1/2,500 + (1/20 - 1/2,500) / 2,048): the prompt a second an idle replica prefills, chunks' weight reads in.
     # Sized without a trace, for the built-in lengths, whose spread it is told; the block's defaults do the rest.
-    # No spending loop: the budget moves the utilization the default follows its work at, and that loop runs only in
-    # a block without one (docs/decisions/error-budget-loop.md).
     assert learned == {"budget": {"prefillTokensPerSecond": 2357.3, "promptLengthSigma": 0.5}}
     assert model.engine_prefill_s(np.array([2357.3])) == pytest.approx([1.0], abs=1e-4)
     assert with_error_budget(raw, model, 1.5, 0.995) == raw

@@ -94,7 +94,6 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
             "budget": {
                 "prefillTokensPerSecond": 976.6,
                 "promptLengthSigma": 0.5,
-                "spend": False,  # the budget moves the utilization instead
             },  # the built-in lengths' spread
         },
         # the load test's, at the replica's prefill and its generation at the batch of the built-in lengths it holds
@@ -281,7 +280,7 @@ def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_d
     # trace's prompt lengths, goes with it.
     budget = workload["policy"]["learnedHeadroom"]["budget"]
     assert budget == {"prefillTokensPerSecond": 976.6, "promptLengthSigma": 0.5}
-    # Only what the default that follows its work uses: no headroom, pooling or spending loop.
+    # Only what the default that follows its work uses: no headroom or pooling.
     assert set(workload["policy"]) == {"type", "learnedHeadroom", "utilization"}
     assert (
         parse_policy_document(yaml.safe_load(written.read_text())).workloads[0].metrics[0].target.value

@@ -234,7 +234,7 @@ def test_a_policy_files_targets_are_left_as_written(tmp_path: Path, monkeypatch:
 @pytest.mark.parametrize("target", ["0.99", "0.999", "0.95"])
 def test_the_default_block_holds_only_what_following_the_work_uses(tmp_path: Path, target: str) -> None:
     """Given only an slo, the block written is the follower's: its utilization and the budget's count, whatever the
-    target; no headroom, pooling or spending loop, which only a block without ``utilization`` sizes with."""
+    target; no headroom or pooling, which only a block without ``utilization`` sizes with."""
     trace = ten_minutes_of_requests(tmp_path)
     out = tmp_path / "r.json"
     assert main(["simulate", "--trace", str(trace), "--slo-target", target, "--out", str(out)]) == 0
@@ -242,8 +242,8 @@ def test_the_default_block_holds_only_what_following_the_work_uses(tmp_path: Pat
     assert not {"builtin_headroom_scale", "builtin_pooling_gain"} & set(data["model"])
     predictive = next(r for r in data["results"] if r["policy"] == "predictive")
     settings = predictive["settings"]
-    assert not {"headroom", "pooling", "spendingScale", "blendedHeadroom"} & set(settings)
-    assert settings["learnedHeadroom"]["budget"]["spend"] is False  # its default: the budget moves the utilization
+    assert not {"headroom", "pooling", "blendedHeadroom"} & set(settings)
+    assert set(settings["learnedHeadroom"]["budget"]) == {"prefillTokensPerSecond", "promptLengthSigma"}
     assert set(settings["utilization"]) == {"start", "prefillTokensPerSecond", "decodeTokensPerSecond"}
 
 

@@ -233,7 +233,7 @@ def test_a_budgets_day_before_the_rises_memory_is_read_coarser_and_counts_the_sa
 
 FOLLOWER = {
     "type": "predictive",
-    "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5, "spend": True}},
+    "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}},
     "utilization": {"start": 0.7, "prefillTokensPerSecond": 1000, "decodeTokensPerSecond": 300},
 }
 FOLLOWER_METRICS = [

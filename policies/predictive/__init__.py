@@ -50,7 +50,7 @@ With a ``utilization`` block (what ``simulate`` sizes for a file given only an s
 a follower of its work, the last minute's tokens at the replica's throughputs and its queue, over a utilization that
 starts at a load test's and then follows the budget's count of the last day
 (``policies.predictive.utilization``; docs/decisions/predictive-utilization.md). The targets, the headroom, the
-pooling, the learned headroom's blend and the spending loop are then not used; the trend and the tolerance are.
+pooling and the learned headroom's blend are then not used; the trend and the tolerance are.
 
 Measured on recorded traces (docs/simulation.md): minute-level LLM load mostly wanders and steps, so
 the SLO is decided by headroom, and a trend is worth extrapolating only on sustained ramps.

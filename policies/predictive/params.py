@@ -47,15 +47,14 @@ class ErrorBudgetParams(StrictModel):
         "writes the trace's); unset, read from vLLM's prompt-length histogram, or 1.0 while it has none",
     )
 
-    spend: bool = Field(
-        default=False,
-        description="run the fleet hotter while the budget is left, back to as sized as it burns "
-        "(policies.predictive.spending)",
-    )
-
     @model_validator(mode="before")
     @classmethod
     def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "spend" in data:
+            raise ValueError(
+                "spend was removed: the budget moves the utilization of a block with utilization, which sizes by the "
+                "work (docs/decisions/error-budget-loop.md)"
+            )
         where = "the workload's slo.windowSeconds (the budget counts over it, a day at least)"
         return refuse_moved(data, {"windowSeconds": where, "window_seconds": where})
 
@@ -100,7 +99,7 @@ class LearnedHeadroomParams(StrictModel):
 class UtilizationParams(StrictModel):
     """Size the fleet as a follower of its work at a utilization the slo's error budget moves
     (``policies.predictive.utilization``); off unless given. It replaces the targets, the headroom, the pooling, the
-    learned headroom's blend and the spending loop (the trend and the tolerance still apply), and needs
+    learned headroom's blend (the trend and the tolerance still apply), and needs
     ``learnedHeadroom.budget`` (how the misses are counted) and an slo."""
 
     start: float = Field(

@@ -38,7 +38,6 @@ from policies.predictive.headroom import LEARNED_SHARE, default_headroom
 from policies.predictive.params import ErrorBudgetParams, PredictiveParams, prompt_spread
 from policies.predictive.pooling import pooled_replicas
 from policies.predictive.rises import RiseHistory
-from policies.predictive.spending import HOUR_S, SpendingLoop
 from policies.predictive.utilization import UtilizationLearner, work_in_replicas
 from policies.replica_calculator import demand_in_replicas
 from policies.threshold import tolerance_for
@@ -55,8 +54,6 @@ class PredictiveState:
     rises: RiseHistory | None = None
     capacity: CapacityLearner = field(default_factory=CapacityLearner)
     budget: BudgetLedger | None = None
-    hour: BudgetLedger | None = None  # the last hour's count, for the spending loop's burn
-    spending: SpendingLoop = field(default_factory=SpendingLoop)
     utilization: UtilizationLearner | None = None
 
 
@@ -111,18 +108,6 @@ class PredictivePolicy(PolicyBase):
         return 0.0 if used is None else returned(used)
 
     @property
-    def spends(self) -> bool:
-        """Whether the budget's outer loop runs (``learnedHeadroom.budget.spend``, with an slo to count against)."""
-        learned = self.params.learned_headroom
-        return learned is not None and learned.budget is not None and learned.budget.spend and self.ctx.slo is not None
-
-    @property
-    def spending_scale(self) -> float:
-        """How much hotter than sized the budget's loop runs the fleet (``policies.predictive.spending``); 1 without
-        it."""
-        return self.state.spending.scale if self.spends else 1.0
-
-    @property
     def prior_headroom(self) -> float:
         """The configured headroom, or the default for the horizon."""
         if self.params.headroom is not None:
@@ -165,8 +150,6 @@ class PredictivePolicy(PolicyBase):
             settings["blendedHeadroom"] = round(self.headroom, 4)  # as the history stands now
         if used is not None:
             settings["budgetUsed"] = round(used, 4)
-        if used is not None and self.spends:
-            settings["spendingScale"] = round(self.spending_scale, 4)  # as the budget's loop holds it now
         if self.learns:
             settings["capacityFactor"] = round(self.state.capacity.factor, 4)  # as learned so far
         return settings
@@ -257,15 +240,8 @@ class PredictivePolicy(PolicyBase):
             details.update(
                 budget_used=round(ledger.used(slo.target), 4), slo_first_tokens=firsts * elapsed, slo_misses=misses
             )
-        if self.follows:  # the budget moves the utilization, and no spending loop runs beside it
+        if self.follows:  # the budget moves the utilization
             self._learner().observe(observation.now, firsts * elapsed, misses)
-        elif budget.spend:
-            hour = self.state.hour = self.state.hour or BudgetLedger(HOUR_S)
-            hour.record(observation.now, firsts * elapsed, misses)
-            used = ledger.used(slo.target)
-            self.state.spending.update(observation.now, used, hour.used(slo.target), ledger.span / ledger.window)
-            if details is not None:
-                details["spending_scale"] = round(self.state.spending.scale, 4)
 
     def _learner(self) -> UtilizationLearner:
         """The utilization learner for this block and slo (a reload that changes either starts a new one)."""
@@ -343,7 +319,7 @@ class PredictivePolicy(PolicyBase):
     def apart(self) -> Policy | None:
         """A follower's older history is its budget's count alone, and a count can be summed (``absorb``): it is
         caught up apart, so that the policy decides once its trend's minutes are read (``autoscaler.warm_up``).
-        A learned capacity or the forecast's spending loop follow the ticks in order, so are not."""
+        A learned capacity follows the ticks in order, so is not."""
         return cast(Policy, PredictivePolicy(self.params, self.ctx)) if self.follows and not self.learns else None
 
     def absorb(self, older: Policy) -> None:
@@ -400,7 +376,6 @@ class PredictivePolicy(PolicyBase):
         forecast = demand + growth
         headroom = self.headroom
         unpooled = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)
-        unpooled /= self.spending_scale
         pooling = self.params.pooling
         need = unpooled if pooling is None else pooled_replicas(unpooled, pooling.gain, pooling.replicas)
         details.update(forecast=forecast, horizon=self.horizon, headroom=headroom, need=need)

@@ -649,7 +649,7 @@ def test_a_follower_decides_on_its_last_seconds_and_takes_the_rest_of_its_day_in
             ("vllm:time_to_first_token_seconds_sum", 1.2),
         ):
             exporter.set(metric, lambda rate=per_second: rate * (time.time() - born), **labels)
-    budget = {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5, "spend": True}
+    budget = {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}
     utilization = {"start": 0.7, "prefillTokensPerSecond": 1000, "decodeTokensPerSecond": 300}
     document = parse_policy_document(
         {
