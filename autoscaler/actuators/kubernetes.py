@@ -231,9 +231,7 @@ class KubernetesActuator:
         return failure
 
     def _list(self, kind: str, namespace: str) -> dict[str, ScaleState]:
-        lister = (
-            self.apps.list_namespaced_stateful_set if kind == "StatefulSet" else self.apps.list_namespaced_deployment
-        )
+        lister = _by_kind(self.apps, "list", kind)
         response: Any = lister(namespace, _preload_content=False, _request_timeout=self.timeout)
         data: bytes = response.data
         self.lists += 1
@@ -281,12 +279,7 @@ class KubernetesActuator:
     def _open_watch(self, kind: str, namespace: str, version: str, timeout: float, silence: float) -> Iterator[bytes]:
         """A WATCH of ``kind`` in ``namespace`` from ``version`` with bookmarks, as its answer's lines."""
         assert self._watch_apps is not None
-        lister = (
-            self._watch_apps.list_namespaced_stateful_set
-            if kind == "StatefulSet"
-            else self._watch_apps.list_namespaced_deployment
-        )
-        response: Any = lister(
+        response: Any = _by_kind(self._watch_apps, "list", kind)(
             namespace,
             watch=True,
             resource_version=version,
@@ -298,19 +291,11 @@ class KubernetesActuator:
         return _lines(response)
 
     def _patch_scale(self, target: TargetRef, body: dict[str, Any]) -> Any:
-        patch = (
-            self.apps.patch_namespaced_stateful_set_scale
-            if target.kind == "StatefulSet"
-            else self.apps.patch_namespaced_deployment_scale
-        )
+        patch = _by_kind(self.apps, "patch", target.kind, "_scale")
         return patch(target.name, target.namespace, body, _content_type=MERGE_PATCH, _request_timeout=self.timeout)
 
     def _read_scale(self, target: TargetRef) -> Any:
-        read = (
-            self.apps.read_namespaced_stateful_set_scale
-            if target.kind == "StatefulSet"
-            else self.apps.read_namespaced_deployment_scale
-        )
+        read = _by_kind(self.apps, "read", target.kind, "_scale")
         return read(target.name, target.namespace, _request_timeout=self.timeout)
 
     def scale(self, target: TargetRef, state: ScaleState, replicas: int) -> WriteResult:
@@ -352,11 +337,7 @@ class KubernetesActuator:
         return WriteResult(False, "conflict", f"still conflicting after {attempts} attempts", attempts)
 
     def _patch_object(self, target: TargetRef, body: Any, content_type: str) -> Any:
-        patch = (
-            self.apps.patch_namespaced_stateful_set
-            if target.kind == "StatefulSet"
-            else self.apps.patch_namespaced_deployment
-        )
+        patch = _by_kind(self.apps, "patch", target.kind)
         return patch(
             target.name,
             target.namespace,
@@ -591,6 +572,15 @@ def _retry_after(exc: ApiException) -> float | None:
         return float(value) if value is not None else None
     except ValueError:
         return None
+
+
+RESOURCES = {"Deployment": "deployment", "StatefulSet": "stateful_set"}  # a target kind's name in AppsV1Api's methods
+
+
+def _by_kind(apps: Any, verb: str, kind: str, subresource: str = "") -> Any:
+    """AppsV1Api's ``{verb}_namespaced_{resource}{subresource}`` for a target ``kind``: ``list``, ``read`` and
+    ``patch`` of a Deployment or a StatefulSet, ``_scale`` for the scale subresource."""
+    return getattr(apps, f"{verb}_namespaced_{RESOURCES[kind]}{subresource}")
 
 
 def _short(exc: Exception) -> str:
