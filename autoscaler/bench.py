@@ -2,18 +2,18 @@
 kube-apiserver's start script folder, by default ``../shared/kube`` beside the checkout).
 
 * ``tick_*``: ``STEADY_TICKS`` steady ticks over ``--workloads`` workloads (by default 1,000) a hundred to a namespace,
-  against the real kube-apiserver and a real Prometheus (Debian's binary) scraping two vLLM pods a workload: the median
-  of their wall and CPU times (``tick_wall_max_s`` the slowest: one tick's time moves with whatever else the two shared
-  cores run then), the most Prometheus requests and LISTs one of them made (``tick_lists``), once every namespace's
-  watch is open and every workload's stabilization window is full, as in a daemon that has run for that window (none of
-  the namespaces changed: no LIST; every tick an interval after the last on the decision clock, each settled as the
-  daemon settles it: ``_fill_windows``). The servers, the exporter and the making of the Deployments run in other
-  processes, so the CPU time and memory are the daemon's alone: ``daemon_rss_mib`` is the process's resident memory with
-  that one controller after the burst below and a heartbeat's tick (every record built again, with its full window, as
-  every 5 minutes), ``peak_rss_mib`` the highest resident memory of a daemon's process: this one's from the controller's
-  start on (its first tick, the steady ticks, the burst and the heartbeat), or the warm-up's below, whichever is higher
-  (``warm_up_peak_rss_mib``; ``_reset_peak``; the pure benchmarks run apart, in a child). ``cluster_made_s`` is the
-  making of the Deployments, eight at a time.
+  against the real kube-apiserver and a real Prometheus (Debian's binary) scraping two vLLM pods a workload every
+  ``SCRAPE_S``: the median of their wall and CPU times (``tick_wall_max_s`` the slowest: one tick's time moves with
+  whatever else the two shared cores run then), the most Prometheus requests and LISTs one of them made
+  (``tick_lists``), once every namespace's watch is open and every workload's stabilization window is full, as in a
+  daemon that has run for that window (none of the namespaces changed: no LIST; every tick an interval after the last on
+  the decision clock, each settled as the daemon settles it: ``_fill_windows``). The servers, the exporter and the
+  making of the Deployments run in other processes, so the CPU time and memory are the daemon's alone:
+  ``daemon_rss_mib`` is the process's resident memory with that one controller after the burst below and a heartbeat's
+  tick (every record built again, with its full window, as every 5 minutes), ``peak_rss_mib`` the highest resident
+  memory of a daemon's process: this one's from the controller's start on (its first tick, the steady ticks, the burst
+  and the heartbeat), or the warm-up's below, whichever is higher (``warm_up_peak_rss_mib``; ``_reset_peak``; the pure
+  benchmarks run apart, in a child). ``cluster_made_s`` is the making of the Deployments, eight at a time.
 * ``state_*``: the state store of that controller (``autoscaler.state``, a ConfigMap in ``default``): the shards
   it took, and the ConfigMap writes of the steady ticks (``state_writes_idle_tick``: none when nothing changed).
 * ``burst_*``: then a tenth of the workloads (1,000 of 10,000) see ten times the waiting requests at once: the
@@ -80,6 +80,9 @@ LEAST_NAMESPACES = 4
 WORKLOADS_PER_NAMESPACE = 100
 HPA_SYNC_S = 15.0
 STEADY_TICKS = 5  # the steady ticks timed (``tick_*``): their median, and the slowest beside it
+# How often the tick's Prometheus scrapes the fleet's pods: as the shipped PodMonitor and ServiceMonitor do
+# (deploy/components/prometheus-operator). Every second, 20,000 pods' scrapes took the shared cores from the tick.
+SCRAPE_S = 15
 DEPLOY_CONTROLLER = Path(__file__).resolve().parents[1] / "deploy" / "controller"
 
 
@@ -231,7 +234,7 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
     made = time.perf_counter()
     kubeconfig = _cluster_apart(kube, _workloads(count), workdir)
     figures: dict[str, Any] = {"cluster_made_s": round(time.perf_counter() - made, 1)}
-    prometheus = PrometheusServer(workdir, [exporter_port])
+    prometheus = PrometheusServer(workdir, [exporter_port], SCRAPE_S)
     prometheus.start()
     try:
         wait_for(lambda: _series(prometheus.url) == 2 * count, 300, "Prometheus to hold every pod's series")

@@ -189,11 +189,11 @@ class VllmExporter:
 
 
 class PrometheusServer:
-    """The real ``prometheus`` binary on loopback, scraping the given targets (ports) every second; a target
-    given with labels gets them on every series, as Kubernetes service discovery gives a pod's
-    ``namespace`` and ``pod``."""
+    """The real ``prometheus`` binary on loopback, scraping the given targets (ports) every ``scrape_s`` seconds
+    (one by default: a test waits no longer than that for a value); a target given with labels gets them on every
+    series, as Kubernetes service discovery gives a pod's ``namespace`` and ``pod``."""
 
-    def __init__(self, workdir: Path, targets: list[int] | dict[int, dict[str, str]]) -> None:
+    def __init__(self, workdir: Path, targets: list[int] | dict[int, dict[str, str]], scrape_s: int = 1) -> None:
         self.binary = prometheus_binary()
         self.workdir = workdir
         self.port = free_port()
@@ -206,7 +206,7 @@ class PrometheusServer:
             for port, labels in labelled.items()
         )
         self.config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"global:\n  scrape_interval: {scrape_s}s\n  evaluation_interval: 1s\n"
             "scrape_configs:\n  - job_name: vllm\n    honor_labels: true\n"
             f"    static_configs:\n{groups}"
         )
