@@ -79,6 +79,7 @@ from simulations.results import write_dated
 LEAST_NAMESPACES = 4
 WORKLOADS_PER_NAMESPACE = 100
 HPA_SYNC_S = 15.0
+PODS_PER_WORKLOAD = 2  # the tick bench's Deployments' replicas, each a pod the exporter serves
 STEADY_TICKS = 5  # the steady ticks timed (``tick_*``): their median, and the slowest beside it
 # How often the tick's Prometheus scrapes the fleet's pods: as the shipped PodMonitor and ServiceMonitor do
 # (deploy/components/prometheus-operator). Every second, 20,000 pods' scrapes took the shared cores from the tick.
@@ -97,7 +98,7 @@ def _workloads(count: int) -> list[tuple[str, str]]:
 
 
 def _serve(count: int, conn: Connection) -> None:
-    """The child process: an exporter for the workloads' pods, two a workload, waiting 2 each until told
+    """The child process: an exporter for the workloads' pods (``PODS_PER_WORKLOAD``), waiting 2 each until told
     ``("burst", n)``: then the first ``n`` workloads' pods wait 20 each."""
     from autoscaler.testing.servers import VllmExporter
 
@@ -105,9 +106,9 @@ def _serve(count: int, conn: Connection) -> None:
     targets = _workloads(count)
 
     def pods(upto: int) -> Iterator[dict[str, str]]:
-        """The labels of the first ``upto`` workloads' pods, two a workload."""
+        """The labels of the first ``upto`` workloads' pods."""
         for namespace, name in targets[:upto]:
-            for pod in range(2):
+            for pod in range(PODS_PER_WORKLOAD):
                 yield {"namespace": namespace, "pod": f"{name}-5d8f7c6b9-p{pod}x7k", "model_name": "m"}
 
     for labels in pods(count):
@@ -122,8 +123,9 @@ def _serve(count: int, conn: Connection) -> None:
 
 
 def _cluster(kube: KubeServer, targets: list[tuple[str, str]], workdir: Path) -> Path:
-    """Namespaces and Deployments at 2 replicas (made eight at a time), and a kubeconfig for the daemon: a
-    ServiceAccount bound by the shipped RBAC where ``deploy/`` is beside the package (a checkout), else the admin."""
+    """Namespaces and Deployments at ``PODS_PER_WORKLOAD`` replicas (made eight at a time), and a kubeconfig for the
+    daemon: a ServiceAccount bound by the shipped RBAC where ``deploy/`` is beside the package (a checkout), else the
+    admin."""
     from kubernetes import client
 
     from autoscaler.concurrency import each
@@ -132,7 +134,7 @@ def _cluster(kube: KubeServer, targets: list[tuple[str, str]], workdir: Path) ->
     namespaces = sorted({n for n, _ in targets})
     for namespace in namespaces:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    each(lambda target: kube.create_deployment(target[0], target[1], 2), targets, 8, "create")
+    each(lambda target: kube.create_deployment(target[0], target[1], PODS_PER_WORKLOAD), targets, 8, "create")
     return kube.kubeconfig(workdir / "kubeconfig", _identity(kube, namespaces[0], namespaces, "bench"))
 
 
@@ -237,7 +239,8 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
     prometheus = PrometheusServer(workdir, [exporter_port], SCRAPE_S)
     prometheus.start()
     try:
-        wait_for(lambda: _series(prometheus.url) == 2 * count, 300, "Prometheus to hold every pod's series")
+        every = PODS_PER_WORKLOAD * count
+        wait_for(lambda: _series(prometheus.url) == every, 300, "Prometheus to hold every pod's series")
         # A daemon holds one controller: the warm-up's starts in a child of its own, forked before this one is made
         with multiprocessing.get_context("fork").Pool(1) as pool:
             figures |= pool.apply(_warm_up_apart, (prometheus.url, str(kubeconfig), count))
@@ -286,7 +289,7 @@ def _warm_up_apart(prometheus_url: str, kubeconfig: str, count: int) -> dict[str
 
 
 def _series(prometheus_url: str) -> int:
-    """How many pods' KV-cache gauges Prometheus answers now (the exporter serves two a workload)."""
+    """How many pods' KV-cache gauges Prometheus answers now."""
     answer = requests.get(f"{prometheus_url}/api/v1/query", {"query": "count(vllm:kv_cache_usage_perc)"}, timeout=10)
     result = answer.json()["data"]["result"] if answer.ok else []
     return int(float(result[0]["value"][1])) if result else 0
