@@ -241,9 +241,14 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
     try:
         every = PODS_PER_WORKLOAD * count
         wait_for(lambda: _series(prometheus.url) == every, 300, "Prometheus to hold every pod's series")
-        # A daemon holds one controller: the warm-up's starts in a child of its own, forked before this one is made
-        with multiprocessing.get_context("fork").Pool(1) as pool:
-            figures |= pool.apply(_warm_up_apart, (prometheus.url, str(kubeconfig), count))
+        # A daemon holds one controller: the warm-up's starts in a child of its own, forked before this one is made,
+        # from a file written as simulate writes it, in a child before (its load test loads the simulator, which a
+        # daemon never does)
+        fork = multiprocessing.get_context("fork")
+        with fork.Pool(1) as pool:
+            written = pool.apply(_slo_written, (_policy(prometheus.url, _workloads(count)),))
+        with fork.Pool(1) as pool:
+            figures |= pool.apply(_warm_up_apart, (written, str(kubeconfig)))
         document = parse_policy_document(_policy(prometheus.url, _workloads(count)))
         source = PrometheusSource(document.prometheus)
         actuator = KubernetesActuator(api_client(str(kubeconfig)), watch=True)  # as the daemon runs
@@ -271,10 +276,10 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         server.join(10)
 
 
-def _warm_up_apart(prometheus_url: str, kubeconfig: str, count: int) -> dict[str, Any]:
-    """``warm_up_*`` (``bench_warm_up_ticks``) of a controller of the policy a file given only an slo is written with,
-    over the same workloads, in a process of its own (forked, what the parent holds so far counted from its start):
-    ``warm_up_peak_rss_mib`` its resident high-water mark."""
+def _warm_up_apart(written: dict[str, Any], kubeconfig: str) -> dict[str, Any]:
+    """``warm_up_*`` (``bench_warm_up_ticks``) of a controller of ``written``, the policy a file given only an slo is
+    written with, over the same workloads, in a process of its own (forked, what the parent holds so far counted from
+    its start): ``warm_up_peak_rss_mib`` its resident high-water mark."""
     from autoscaler.actuators.dryrun import DryRunActuator
     from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
     from autoscaler.controller import Controller
@@ -282,7 +287,7 @@ def _warm_up_apart(prometheus_url: str, kubeconfig: str, count: int) -> dict[str
     from policies.policy_file import parse_policy_document
 
     _reset_peak()
-    budget = parse_policy_document(_slo_written(_policy(prometheus_url, _workloads(count))))
+    budget = parse_policy_document(written)
     actuator = DryRunActuator(KubernetesActuator(api_client(kubeconfig)))
     figures = bench_warm_up_ticks(Controller(None, budget, PrometheusSource(budget.prometheus), actuator))
     return figures | {"warm_up_peak_rss_mib": _peak_mib()}

@@ -9,10 +9,10 @@ runs out the newest running request is preempted: its blocks are freed and it wa
 queue to be prefilled again, prompt and generated tokens together. The first token comes when the prefill
 completes. The KV-cache usage gauge shows the blocks in use.
 
-Running requests live in flat numpy arrays, so one step costs a handful of vector operations whatever
-the fleet size; the fleet owns them (``_admit`` and ``_keep`` make new ones), so a step updates them in
-place. Metrics are exposed as Prometheus would see them: gauges and counters scraped every
-``scrape_interval_s`` from the replicas that are up.
+Running requests live in flat numpy arrays, in their order of admission on each replica, which one
+compiled pass a step advances (``engine.engine_step``); the fleet owns them (``_admit`` and ``_keep`` make
+new ones), so a step updates them in place. Metrics are exposed as Prometheus would see them: gauges and
+counters scraped every ``scrape_interval_s`` from the replicas that are up.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import numpy as np
 
 from policies.histogram import PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS, histogram_quantile, lognormal_spread
 from policies.metric_names import PROMPT_SPREAD_WINDOW_S
+from simulations.engine import engine_step
 from simulations.replica_model import ReplicaModel
 from simulations.traces import Trace, held_prefix
 
@@ -46,51 +47,6 @@ def group_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sizes[:-1] = starts[1:] - starts[:-1]
     sizes[-1] = len(keys) - starts[-1]
     return starts, sizes
-
-
-def serve_in_order(
-    group: np.ndarray, demand: np.ndarray, start: np.ndarray, capacity: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """First come, first served within one step, for many groups at once (vLLM's chunked prefill: the
-    oldest admitted prompt takes an engine step's room before the next).
-
-    Members are given in their order of service within each group. ``capacity[g]`` units are served to
-    group ``g`` over the step at an even rate; member ``k`` can be served from ``start[k]`` (a fraction of
-    the step: it arrived inside it) and after the member before it is done. Returns what each member
-    receives and, for the members that finish, the fraction of the step at which they do (> 1 otherwise).
-
-    Member ``k`` of a group finishes at ``S[k] + max(start[j] - S[j - 1] for j <= k)``, ``S`` the running
-    sum of the members' service times: the latest of the members before it to have started without waiting
-    sets the pace. One running maximum per group computes it; ``tests/test_fleet.py`` holds it to a loop.
-    """
-    n = len(demand)
-    if n == 0:
-        return np.zeros(0), np.zeros(0)
-    order = np.argsort(group, kind="stable")
-    g = group[order]
-    cap = np.maximum(capacity[g], 1e-12)
-    service = demand[order] / cap
-    total = np.cumsum(service)
-    starts, sizes = group_runs(g)
-    before = np.repeat(total[starts] - service[starts], sizes)
-    run = total - before  # the service times summed within the group, up to each member
-    lead = start[order] - (run - service)
-    # A running maximum that restarts at each group: lift each group above the ones before it.
-    lift = np.repeat(np.arange(len(starts), dtype=float), sizes) * (float(np.abs(lead).max()) * 2.0 + 2.0)
-    paced = np.maximum.accumulate(lead + lift) - lift
-    finish = run + paced
-    done = finish <= 1.0 + 1e-12
-    begin = finish - service
-    received = np.where(done, demand[order], np.clip(1.0 - begin, 0.0, None) * cap)
-    frac = np.where(done, finish, 2.0)
-    out_received, out_frac = np.empty(n), np.empty(n)
-    out_received[order], out_frac[order] = received, frac
-    return out_received, out_frac
-
-
-FEW_PROMPTS = 16
-"""Up to this many prompts in prefill fleet-wide, a step is worked out prompt by prompt (``Fleet._prefill_few``):
-about 5 us a prompt, against some 60 us of array operations whatever their size."""
 
 
 def _bucketed(counts: np.ndarray, pending: list[np.ndarray], edges: tuple[float, ...]) -> np.ndarray:
@@ -410,7 +366,7 @@ class Fleet:
         if self._only_decoding(end):  # what the rest would do, without its calls that find nothing to do
             self.replica_seconds += self.existing * dt
             if len(self.r_req):
-                self._decode_all(end)
+                self._advance(now, end)
             return
         candidates = [r for r in self.live if r.draining_since is None and r.ready_at <= now]
         arrived = int(np.searchsorted(self.engine_arrival, end, side="left"))
@@ -424,7 +380,7 @@ class Fleet:
         self._admit(now, kv)
         self.replica_seconds += self.existing * dt
         if len(self.r_req):
-            self._advance(now, dt, end)
+            self._advance(now, end)
         for replica in list(self.live):
             if replica.draining_since is None:
                 continue
@@ -450,124 +406,28 @@ class Fleet:
                 return False
         return not (self.r_pre > 0).any()
 
-    def _step_overhead(self, decoding: np.ndarray) -> np.ndarray:
-        """Each replica's (by index) cost of an engine step besides its tokens' compute: the weight read, and
-        the read of its decoding sequences' KV cache."""
+    def _advance(self, now: float, end: float) -> None:
+        """One step of every replica's engine (``engine.engine_step``): prompts in prefill served first come,
+        first served, every other running request decoding; then first tokens, and the requests done leave."""
         model = self.model
-        context = np.bincount(self.r_rep[decoding], weights=self.r_ctx[decoding], minlength=len(self.replicas))
-        overhead: np.ndarray = model.weight_read_s + model.kv_read_s_per_token * context
-        return overhead
-
-    def _advance(self, now: float, dt: float, end: float) -> None:
-        """One step of every replica's engine: ``iterations`` engine steps, each reading the weights and the
-        decoding sequences' KV cache once and computing one token per decoding sequence plus a chunk of
-        pending prefill."""
-        prefilling = self.r_pre > 0
-        idx_p = np.flatnonzero(prefilling)
-        if not len(idx_p):  # most steps of a light load: no prefill, so every engine step is a decode
-            self._decode_all(end)
-            return
-        if len(idx_p) <= FEW_PROMPTS:
-            self._prefill_few(now, dt, end, idx_p, prefilling)
-        else:
-            self._prefill_shared(now, dt, end, idx_p, prefilling)
-
-    def _prefill_shared(self, now: float, dt: float, end: float, idx_p: np.ndarray, prefilling: np.ndarray) -> None:
-        """The requests ``idx_p`` in prefill are served in order of admission from their replicas' prefill
-        throughput; every replica decodes in the engine steps this leaves."""
-        model = self.model
-        size = len(self.replicas)
-        flops, budget = model.prefill_tokens_per_s, float(model.max_num_batched_tokens)
-        weights = self._step_overhead(~prefilling)
-        # Only the requests in prefill (``_p``) take part until the decode.
-        rep_p, pre_p = self.r_rep[idx_p], self.r_pre[idx_p]
-        # The part of this step before each request reached its replica (arrivals inside the step).
-        late = np.clip((self.r_start[idx_p] - now) / dt, 0.0, 1.0)
-        pending = np.bincount(rep_p, weights=pre_p, minlength=size)
-        batch = np.bincount(self.r_rep[~prefilling], minlength=size).astype(float)
-        room = np.maximum(budget - batch, 0.0)
-        # Either all pending prefill fits in this step beside the decodes, or every engine step is full.
-        pending_s = pending / flops
-        it_all = np.maximum(dt - pending_s, 0.0) / (weights + batch / flops)
-        fits = (pending_s < dt) & (pending <= it_all * room + 1e-9)
-        it_full = dt / (
-            weights + np.minimum(batch + np.where(pending > 0, room, 0.0), np.maximum(budget, batch)) / flops
-        )
-        iterations = np.where(fits, it_all, it_full)
-        prefill_tokens = np.where(fits, pending, np.minimum(iterations * room, pending))
-        # Prefill runs at the full-step rate while it lasts; when it all fits it simply ends early.
-        rate = np.where(fits, np.maximum(prefill_tokens, it_full * room), prefill_tokens)
-        received, finish_frac = serve_in_order(rep_p, pre_p, late, rate)
-        used_p = np.minimum(received, pre_p)
-        left_p = pre_p - used_p
-        self.r_pre[idx_p] = left_p
-        done_p = left_p <= 1e-9
-        self._prefilled(now, dt, end, iterations, prefilling, idx_p[done_p], finish_frac[done_p])
-
-    def _prefill_few(self, now: float, dt: float, end: float, idx_p: np.ndarray, prefilling: np.ndarray) -> None:
-        """``_prefill_shared`` for a step's few prompts in prefill, the steps of all but a burst: the same
-        arithmetic on floats, replica by replica and prompt by prompt, where the arrays' fixed cost would be
-        most of the work; every replica without one decodes for the whole step."""
-        model = self.model
-        flops, budget = model.prefill_tokens_per_s, float(model.max_num_batched_tokens)
-        decoding = ~prefilling
-        overhead = self._step_overhead(decoding)
-        batch = np.bincount(self.r_rep[decoding], minlength=len(self.replicas)).astype(float)
-        iterations = dt / (overhead + batch / flops)
-        pre, start = self.r_pre[idx_p].tolist(), self.r_start[idx_p].tolist()
-        members: dict[int, list[int]] = {}  # each replica's prompts in prefill, in order of admission
-        for k, rep in enumerate(self.r_rep[idx_p].tolist()):
-            members.setdefault(rep, []).append(k)
-        done: list[int] = []
-        done_frac: list[float] = []
-        for rep, ks in members.items():
-            weights, decoding_here = float(overhead[rep]), float(batch[rep])
-            pending = sum(pre[k] for k in ks)
-            room = max(budget - decoding_here, 0.0)
-            pending_s = pending / flops
-            it_all = max(dt - pending_s, 0.0) / (weights + decoding_here / flops)
-            fits = pending_s < dt and pending <= it_all * room + 1e-9
-            it_full = dt / (weights + min(decoding_here + room, max(budget, decoding_here)) / flops)
-            iterations[rep] = it_all if fits else it_full
-            prefill_tokens = pending if fits else min(it_full * room, pending)
-            rate = max(max(prefill_tokens, it_full * room) if fits else prefill_tokens, 1e-12)
-            free = 0.0  # ``serve_in_order`` for one replica's prompts; those after one that does not finish get
-            for k in ks:  # nothing this step
-                late = (start[k] - now) / dt
-                begin = free if free > late else (late if late < 1.0 else 1.0)
-                free = begin + pre[k] / rate
-                finished = free <= 1.0 + 1e-12
-                left = 0.0 if finished else pre[k] - min(max(1.0 - begin, 0.0) * rate, pre[k])
-                self.r_pre[idx_p[k]] = left
-                if left <= 1e-9:
-                    done.append(int(idx_p[k]))
-                    done_frac.append(free if finished else 2.0)
-                if not finished:
-                    break
-        self._prefilled(now, dt, end, iterations, prefilling, np.asarray(done, dtype=np.int64), np.asarray(done_frac))
-
-    def _prefilled(
-        self,
-        now: float,
-        dt: float,
-        end: float,
-        iterations: np.ndarray,
-        prefilling: np.ndarray,
-        done: np.ndarray,
-        finish_frac: np.ndarray,
-    ) -> None:
-        """The prompts ``done`` (positions in the running arrays) completed their prefill at ``finish_frac`` of
-        the step (no earlier than their own compute allows): their first tokens; then the decode."""
-        finished = np.zeros(len(self.r_pre), dtype=bool)
+        done, frac, generated, leaving = engine_step(
+            now, model.step_s, self.r_rep, self.r_pre, self.r_dec, self.r_start, self.r_ctx, len(self.replicas),
+            model.weight_read_s, model.kv_read_s_per_token, model.prefill_tokens_per_s,
+            float(model.max_num_batched_tokens),
+        )  # fmt: skip
+        self.generation_tokens_total += generated
+        self._kv = None
         if len(done):
             reqs = self.r_req[done]
             at = np.maximum(
-                now + np.minimum(finish_frac, 1.0) * dt,
-                self.r_start[done] + self.model.engine_prefill_s(self.to_prefill[reqs]),
+                now + np.minimum(frac, 1.0) * model.step_s,
+                self.r_start[done] + model.engine_prefill_s(self.to_prefill[reqs]),
             )
             self._first_tokens(reqs, at)
-            finished[done] = self.r_dec[done] <= 1e-9
-        self._decode(end, iterations, ~prefilling, finished)
+            leaving[done] = self.r_dec[done] <= 1e-9
+        if leaving.any():
+            self._leave(leaving, end)
+        self._preempt_overflow()
 
     def _first_tokens(self, reqs: np.ndarray, at: np.ndarray) -> None:
         """The prefill of ``reqs`` completes at ``at``: a first token for each, counted in vLLM's TTFT histogram
@@ -584,35 +444,6 @@ class Fleet:
         self.ttft_sum += float(ttft.sum())
         self.prompt_tokens_total += float(self.prompt[reqs].sum())
         self.generation_tokens_total += float(len(reqs))
-
-    def _decode_all(self, end: float) -> None:
-        """``_decode`` of a step without prefill, where every running request decodes."""
-        batch = np.bincount(self.r_rep, minlength=len(self.replicas))
-        everyone = np.ones(len(self.r_rep), dtype=bool)
-        self._decode(end, self._decode_iterations(batch, everyone), everyone, np.zeros(len(self.r_rep), dtype=bool))
-
-    def _decode_iterations(self, batch: np.ndarray, decoding: np.ndarray) -> np.ndarray:
-        """The engine steps in one step of replicas with nothing to prefill, by how many sequences each
-        decodes: one weight read, one read of their KV cache and one token per sequence each."""
-        model = self.model
-        iterations: np.ndarray = model.step_s / (self._step_overhead(decoding) + batch / model.prefill_tokens_per_s)
-        return iterations
-
-    def _decode(self, end: float, iterations: np.ndarray, decoding: np.ndarray, finished: np.ndarray) -> None:
-        """A token for each ``decoding`` request per engine step of its replica (``iterations``), then the
-        requests that are done (``finished`` already, or out of tokens) leave at ``end``; a replica whose
-        cache the new tokens overflow preempts its newest requests."""
-        if decoding.any():
-            step_tokens = np.minimum(iterations[self.r_rep[decoding]], self.r_dec[decoding])
-            self.generation_tokens_total += float(step_tokens.sum())
-            self.r_dec[decoding] -= step_tokens
-            self.r_ctx[decoding] += step_tokens
-            self._kv = None
-            finished = finished | (decoding & (self.r_dec <= 1e-9))
-        if finished.any():
-            self._leave(finished, end)
-        if decoding.any():
-            self._preempt_overflow()
 
     def _preempt_overflow(self) -> None:
         """Where a replica's running requests hold more KV blocks than its cache has, preempt the newest

@@ -29,6 +29,7 @@ from simulations.builtin import BUILTIN_GROW_TO, Note, idle_model_document, quie
 from simulations.compare import DEFAULT_POLICY_TYPES, Comparison, compare
 from simulations.contenders import policy_contender
 from simulations.deployable import deployable
+from simulations.engine import COMPILED, SIM_EXTRA
 from simulations.replica_model import ReplicaModel, parse_overrides
 from simulations.report import percent, report
 from simulations.runner import floor_to, long_run_hint, run
@@ -96,6 +97,8 @@ def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = Fa
     model, trace, document, sizing = resolve(request, ttft, target, note)
     if hint := long_run_hint(trace, model):
         note(hint, "\n")
+    if not COMPILED:
+        note(f"numba is not installed, so each simulated step runs uncompiled, three times slower: {SIM_EXTRA}", "\n")
     workload = document.workloads[0]
     chosen = request.policies or ([workload.policy_type] if request.document else DEFAULT_POLICY_TYPES)
     types = list(dict.fromkeys(chosen))

@@ -57,7 +57,7 @@ def test_the_readme_is_for_users() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 200
     assert not re.search(r"\b[0-9a-f]{7,40}\b", text), "the README quotes no commit hashes"
-    assert text.splitlines()[3] == "pip install . && vllm-autoscaler simulate"
+    assert text.splitlines()[3] == "pip install '.[sim]' && vllm-autoscaler simulate"
 
 
 DECISIONS = ROOT / "docs" / "decisions"

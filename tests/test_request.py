@@ -57,3 +57,11 @@ def test_the_chosen_policy_is_the_cheapest_that_met_the_slo_as_a_file_that_loads
 def test_no_policy_that_met_the_slo_is_no_choice() -> None:
     done = simulate(SimulationRequest(time_scale=8.0, policies=("threshold",)))  # eight times as fast: it misses
     assert chosen_policy(done) is None
+
+
+def test_without_numba_the_simulation_says_it_runs_uncompiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``[sim]`` extra is not installed: a note says so, and what would speed the run up."""
+    notes: list[str] = []
+    monkeypatch.setattr("simulations.request.COMPILED", False)
+    simulate(SimulationRequest(time_scale=8.0, policies=("threshold",)), lambda text, end: notes.append(text))
+    assert any("numba is not installed" in n and "vllm-autoscaler[sim]" in n for n in notes)
