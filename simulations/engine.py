@@ -42,7 +42,8 @@ def engine_step(
     kv_read_s_per_token: float,
     flops: float,
     budget: float,
-) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    block: float,
+) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]:
     """Advance every replica's engine from ``now`` by ``dt``: the running requests, one entry each in their
     order of admission on their replica (``rep``), each with its prompt tokens left to prefill (``pre``),
     tokens left to decode (``dec``), the moment it was admitted (``start``) and its tokens in the KV cache
@@ -57,8 +58,9 @@ def engine_step(
     one prompt after another. A request prefilling at the step's start does not decode in it.
 
     Returns the positions of the prompts whose prefill completed, the fraction of the step at which each did
-    (2.0 where it completed only to within rounding), the tokens generated, and which decoding requests have
-    no token left to generate.
+    (2.0 where it completed only to within rounding), the tokens generated, which requests have no token left
+    to generate, and the KV-cache tokens each replica holds for the others, in whole ``block``s (what
+    ``Fleet.kv_used`` works out once they have left).
     """
     n = len(rep)
     prefilling = pre > 0
@@ -89,6 +91,7 @@ def engine_step(
         rate[r] = max(max(tokens, it_full * room) if fits else tokens, 1e-12)
     free = np.zeros(replicas)  # the fraction of the step at which each replica's prefill is free for the next prompt
     held = np.zeros(replicas, dtype=np.bool_)  # a prompt of the replica did not finish: those after it wait
+    out = np.zeros(n, dtype=np.bool_)
     done = np.empty(n, dtype=np.int64)
     frac = np.empty(n)
     count = 0
@@ -102,19 +105,21 @@ def engine_step(
         finished = free[r] <= 1.0 + 1e-12
         pre[k] = 0.0 if finished else pre[k] - min(max(1.0 - begin, 0.0) * rate[r], pre[k])
         if pre[k] <= 1e-9:
+            out[k] = dec[k] <= 1e-9
             done[count] = k
             frac[count] = free[r] if finished else 2.0
             count += 1
         if not finished:
             held[r] = True
     generated = 0.0
-    out = np.zeros(n, dtype=np.bool_)
+    kv = np.zeros(replicas)
     for k in range(n):
-        if prefilling[k]:
-            continue
-        tokens = min(iterations[rep[k]], dec[k])
-        generated += tokens
-        dec[k] -= tokens
-        ctx[k] += tokens
-        out[k] = dec[k] <= 1e-9
-    return done[:count], frac[:count], generated, out
+        if not prefilling[k]:
+            tokens = min(iterations[rep[k]], dec[k])
+            generated += tokens
+            dec[k] -= tokens
+            ctx[k] += tokens
+            out[k] = dec[k] <= 1e-9
+        if not out[k]:
+            kv[rep[k]] += np.ceil(ctx[k] / block) * block
+    return done[:count], frac[:count], generated, out, kv

@@ -410,13 +410,12 @@ class Fleet:
         """One step of every replica's engine (``engine.engine_step``): prompts in prefill served first come,
         first served, every other running request decoding; then first tokens, and the requests done leave."""
         model = self.model
-        done, frac, generated, leaving = engine_step(
+        done, frac, generated, leaving, kv = engine_step(
             now, model.step_s, self.r_rep, self.r_pre, self.r_dec, self.r_start, self.r_ctx, len(self.replicas),
             model.weight_read_s, model.kv_read_s_per_token, model.prefill_tokens_per_s,
-            float(model.max_num_batched_tokens),
+            float(model.max_num_batched_tokens), float(model.kv_block_tokens),
         )  # fmt: skip
         self.generation_tokens_total += generated
-        self._kv = None
         if len(done):
             reqs = self.r_req[done]
             at = np.maximum(
@@ -424,9 +423,9 @@ class Fleet:
                 self.r_start[done] + model.engine_prefill_s(self.to_prefill[reqs]),
             )
             self._first_tokens(reqs, at)
-            leaving[done] = self.r_dec[done] <= 1e-9
         if leaving.any():
             self._leave(leaving, end)
+        self._kv = kv
         self._preempt_overflow()
 
     def _first_tokens(self, reqs: np.ndarray, at: np.ndarray) -> None:

@@ -12,6 +12,9 @@ from simulations.replica_model import ReplicaModel
 MODEL = ReplicaModel()
 DT = 1.0
 BUDGET = float(MODEL.max_num_batched_tokens)
+CONSTANTS = (
+    MODEL.weight_read_s, MODEL.kv_read_s_per_token, MODEL.prefill_tokens_per_s, BUDGET, float(MODEL.kv_block_tokens)
+)  # fmt: skip
 
 
 def _step(
@@ -19,10 +22,9 @@ def _step(
 ) -> tuple[list[int], list[float], float, list[bool], np.ndarray, np.ndarray, np.ndarray]:
     """``engine_step`` of the built-in replica from 0 for a second: what it returns, then the updated arrays."""
     arrays = [np.asarray(a, dtype=float) for a in (pre, dec, start, ctx)]
-    done, frac, generated, out = engine_step(
-        0.0, DT, np.asarray(rep, dtype=np.int64), arrays[0], arrays[1], arrays[2], arrays[3], replicas,
-        MODEL.weight_read_s, MODEL.kv_read_s_per_token, MODEL.prefill_tokens_per_s, BUDGET,
-    )  # fmt: skip
+    done, frac, generated, out, _ = engine_step(
+        0.0, DT, np.asarray(rep, dtype=np.int64), arrays[0], arrays[1], arrays[2], arrays[3], replicas, *CONSTANTS
+    )
     return done.tolist(), frac.tolist(), generated, out.tolist(), arrays[0], arrays[1], arrays[3]
 
 
@@ -86,6 +88,27 @@ def test_decoding_costs_a_weight_read_the_batch_and_the_context_read() -> None:
     assert generated == pytest.approx(2 * iterations + 1)
 
 
+def test_the_cache_held_is_the_blocks_of_those_that_stay() -> None:
+    """What ``Fleet.kv_used`` works out after the step: whole blocks of the requests that did not finish."""
+    rep = np.array([0, 0, 1, 1])
+    ctx = np.array([1000.0, 17.0, 5.0, 40.0])
+    _, _, _, out, kv = engine_step(
+        0.0,
+        DT,
+        rep,
+        np.array([0.0, 0.0, 30.0, 0.0]),
+        np.array([100.0, 0.5, 3.0, 100.0]),
+        np.zeros(4),
+        ctx,
+        3,
+        *CONSTANTS,
+    )
+    assert out.tolist() == [False, True, False, False]  # half a token left: it is out
+    assert kv.tolist() == pytest.approx(
+        [float(MODEL.blocks(ctx[:1]).sum()), 16.0 + float(MODEL.blocks(ctx[3:]).sum()), 0]
+    )
+
+
 def test_prefill_in_order_agrees_with_a_loop() -> None:
     """Replicas that decode nothing, with prompts of every size, some admitted inside the step."""
     rng = np.random.default_rng(7)
@@ -120,7 +143,6 @@ def test_the_compiled_step_is_the_interpreted_one() -> None:
         outcomes = []
         for step in (engine_step, engine_step.py_func):
             copies = [a.copy() for a in args]
-            returned = step(0.0, DT, *copies, replicas, MODEL.weight_read_s, MODEL.kv_read_s_per_token,
-                            MODEL.prefill_tokens_per_s, BUDGET)  # fmt: skip
+            returned = step(0.0, DT, *copies, replicas, *CONSTANTS)
             outcomes.append([*(np.asarray(x).tolist() for x in returned), *(c.tolist() for c in copies)])
         assert outcomes[0] == outcomes[1]
