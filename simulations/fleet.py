@@ -107,6 +107,11 @@ class Fleet:
     def __init__(self, model: ReplicaModel, trace: Trace, initial_replicas: int) -> None:
         self.model = model
         self.trace = trace
+        # What ``engine.engine_step`` is told of the replica (the model is frozen): read once, not every step.
+        self._engine = (
+            model.weight_read_s, model.kv_read_s_per_token, model.prefill_tokens_per_s,
+            float(model.max_num_batched_tokens), float(model.kv_block_tokens),
+        )  # fmt: skip
         n = trace.requests
         self.arrival = trace.arrival_s
         # The engine sees a request ``request_overhead_s`` after it arrives (HTTP, tokenisation, scheduling).
@@ -412,8 +417,7 @@ class Fleet:
         model = self.model
         done, frac, generated, leaving, kv = engine_step(
             now, model.step_s, self.r_rep, self.r_pre, self.r_dec, self.r_start, self.r_ctx, len(self.replicas),
-            model.weight_read_s, model.kv_read_s_per_token, model.prefill_tokens_per_s,
-            float(model.max_num_batched_tokens), float(model.kv_block_tokens),
+            *self._engine,
         )  # fmt: skip
         self.generation_tokens_total += generated
         if len(done):
