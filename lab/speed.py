@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import resource
@@ -55,6 +56,17 @@ def _cpu() -> str:
     return platform.processor() or "unknown"
 
 
+def host_probe() -> float:
+    """Seconds of a fixed loop of the interpreter, the best of three: how fast the host is while it measures (a
+    shared host's speed moves by a fifth or more from one hour to the next), to compare reports of other days."""
+    best = math.inf
+    for _ in range(3):
+        started = time.perf_counter()
+        sum(i * i for i in range(10_000_000))
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def one_run() -> tuple[float, float, str]:
     """Wall seconds, peak RSS (MiB) of the largest process, and the report's first lines."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -76,12 +88,14 @@ def main() -> None:
     args = parser.parse_args()
     walls, peaks = [], []
     reports: list[dict[str, object]] = []
+    probes = [host_probe()]
     for i in range(args.runs):
         wall, peak, out = one_run()
         walls.append(wall)
         peaks.append(peak)
         reports.append(json.loads(out))
         print(f"run {i + 1}: {wall:.1f} s, peak {peak:.0f} MiB", file=sys.stderr)
+    probes.append(host_probe())
     report = reports[-1]
     same = all(r["results"] == report["results"] for r in reports)
     median = statistics.median(walls)
@@ -106,6 +120,9 @@ built-in replica with a 24-sequence batch, the built-in workload given only an S
 |---|---|---|
 | median of {args.runs} | {median:.1f} | {statistics.median(peaks):.0f} |
 | min / max | {min(walls):.1f} / {max(walls):.1f} | {min(peaks):.0f} / {max(peaks):.0f} |
+
+The host's speed, a fixed loop of the interpreter (`host_probe`) before and after the runs: {probes[0]:.3f} and
+{probes[1]:.3f} s.
 
 Target: {TARGET_S:.0f} s. {"Met." if median <= TARGET_S else f"Not met: {median / TARGET_S:.2f} times the target."}
 
