@@ -182,15 +182,24 @@ def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int =
     }
 
 
-def _slo_written(document: dict[str, Any]) -> dict[str, Any]:
-    """``document`` with each workload given the slo and the predictive block ``simulate --write-config`` writes
-    for a file given only an slo (``builtin.with_error_budget``, the built-in replica at 2 s and 99 %)."""
-    from simulations.builtin import with_error_budget
+def _sized_start() -> float:
+    """The utilization ``simulate --write-config`` starts a file given only an slo from: a load test of the built-in
+    replica at 2 s and 99 % (``sizing.load_test_utilization``), seconds of simulated fleets."""
     from simulations.replica_model import ReplicaModel
     from simulations.sizing import load_test_utilization
 
+    return load_test_utilization(ReplicaModel(), None, 2.0, 0.99)
+
+
+def _slo_written(document: dict[str, Any], start: float | None = None) -> dict[str, Any]:
+    """``document`` with each workload given the slo and the predictive block ``simulate --write-config`` writes
+    for a file given only an slo (``builtin.with_error_budget``, the built-in replica at 2 s and 99 %), from
+    ``_sized_start``'s utilization, or ``start`` where it was load-tested already."""
+    from simulations.builtin import with_error_budget
+    from simulations.replica_model import ReplicaModel
+
     model = ReplicaModel()
-    start = load_test_utilization(model, None, 2.0, 0.99)  # once: it is a load test of seconds
+    start = _sized_start() if start is None else start  # once: it is a load test of seconds
     workloads = [
         with_error_budget({"workloads": [{**w, "policy": {"type": "predictive"}}]}, model, 2.0, 0.99, start=start)[
             "workloads"
@@ -242,13 +251,13 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         every = PODS_PER_WORKLOAD * count
         wait_for(lambda: _series(prometheus.url) == every, 300, "Prometheus to hold every pod's series")
         # A daemon holds one controller: the warm-up's starts in a child of its own, forked before this one is made,
-        # from a file written as simulate writes it, in a child before (its load test loads the simulator, which a
-        # daemon never does)
+        # from a file written as simulate writes it, whose load test runs in a child before (it steps simulated
+        # fleets, compiled: what a daemon never loads)
         fork = multiprocessing.get_context("fork")
         with fork.Pool(1) as pool:
-            written = pool.apply(_slo_written, (_policy(prometheus.url, _workloads(count)),))
+            start = pool.apply(_sized_start)
         with fork.Pool(1) as pool:
-            figures |= pool.apply(_warm_up_apart, (written, str(kubeconfig)))
+            figures |= pool.apply(_warm_up_apart, (prometheus.url, str(kubeconfig), count, start))
         document = parse_policy_document(_policy(prometheus.url, _workloads(count)))
         source = PrometheusSource(document.prometheus)
         actuator = KubernetesActuator(api_client(str(kubeconfig)), watch=True)  # as the daemon runs
@@ -276,10 +285,10 @@ def bench_tick(count: int, workdir: Path, kube: KubeServer) -> dict[str, Any]:
         server.join(10)
 
 
-def _warm_up_apart(written: dict[str, Any], kubeconfig: str) -> dict[str, Any]:
-    """``warm_up_*`` (``bench_warm_up_ticks``) of a controller of ``written``, the policy a file given only an slo is
-    written with, over the same workloads, in a process of its own (forked, what the parent holds so far counted from
-    its start): ``warm_up_peak_rss_mib`` its resident high-water mark."""
+def _warm_up_apart(prometheus_url: str, kubeconfig: str, count: int, start: float) -> dict[str, Any]:
+    """``warm_up_*`` (``bench_warm_up_ticks``) of a controller of the policy a file given only an slo is written with
+    (from ``start``, ``_sized_start``'s), over the same workloads, in a process of its own (forked, what the parent
+    holds so far counted from its start): ``warm_up_peak_rss_mib`` its resident high-water mark."""
     from autoscaler.actuators.dryrun import DryRunActuator
     from autoscaler.actuators.kubernetes import KubernetesActuator, api_client
     from autoscaler.controller import Controller
@@ -287,7 +296,7 @@ def _warm_up_apart(written: dict[str, Any], kubeconfig: str) -> dict[str, Any]:
     from policies.policy_file import parse_policy_document
 
     _reset_peak()
-    budget = parse_policy_document(written)
+    budget = parse_policy_document(_slo_written(_policy(prometheus_url, _workloads(count)), start))
     actuator = DryRunActuator(KubernetesActuator(api_client(kubeconfig)))
     figures = bench_warm_up_ticks(Controller(None, budget, PrometheusSource(budget.prometheus), actuator))
     return figures | {"warm_up_peak_rss_mib": _peak_mib()}

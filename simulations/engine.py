@@ -5,6 +5,8 @@ Without numba the interpreter runs the same code, about three times slower."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -12,20 +14,27 @@ import numpy as np
 
 F = TypeVar("F", bound=Callable[..., Any])
 SIM_EXTRA = "pip install 'vllm-autoscaler[sim]'"  # what installs numba, and matplotlib for the plots
-
-try:
-    from numba import njit as _njit
-
-    COMPILED = True
-except ImportError:  # pragma: no cover - the [sim] extra is not installed
-    COMPILED = False
+COMPILED = importlib.util.find_spec("numba") is not None
 
 
 def _compiled(function: F) -> F:
-    """``function`` compiled once and cached on disk beside this file, or as written without numba."""
+    """``function`` compiled by numba at its first call and cached on disk beside this file, or as written without
+    numba. Compiled when first called, not when imported: numba and LLVM (some 60 MiB) are loaded only by a process
+    that steps a fleet, not by one that only reads the simulator's modules (the bench's daemon beside it)."""
     if not COMPILED:
         return function
-    return cast(F, _njit(cache=True, nogil=True)(function))
+    dispatcher: Callable[..., Any] | None = None
+
+    @functools.wraps(function)
+    def call(*args: Any) -> Any:
+        nonlocal dispatcher
+        if dispatcher is None:
+            from numba import njit
+
+            dispatcher = njit(cache=True, nogil=True)(function)
+        return dispatcher(*args)
+
+    return cast(F, call)
 
 
 @_compiled

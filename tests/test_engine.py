@@ -141,7 +141,7 @@ def test_the_compiled_step_is_the_interpreted_one() -> None:
             rng.exponential(2000.0, n),
         ]
         outcomes = []
-        for step in (engine_step, engine_step.py_func):
+        for step in (engine_step, engine_step.__wrapped__):
             copies = [a.copy() for a in args]
             returned = step(0.0, DT, *copies, replicas, *CONSTANTS)
             outcomes.append([*(np.asarray(x).tolist() for x in returned), *(c.tolist() for c in copies)])
