@@ -171,7 +171,11 @@ def measure(
     doc, variant = document, workload
     if headroom is not None:
         # The headroom as given, not learned: the built-in's learned one would hold the fleet from the loads to span.
-        fixed = {key: value for key, value in workload.policy.items() if key not in ("learnedHeadroom", "utilization")}
+        fixed = {
+            key: value
+            for key, value in workload.policy.items()
+            if key not in ("learnedHeadroom", "utilization", "errorBudget")
+        }
         doc, variant = policy_variant(document, workload, {**fixed, "headroom": headroom})
     contender = policy_contender(doc, variant, model)
     signals = contender.signals
@@ -194,8 +198,8 @@ def measure(
 def budget_spread(policy: dict[str, Any]) -> float:
     """The prompts' spread a predictive block's budget counts by with no prompt-length histogram to read
     (``predictive.prompt_spread``): the one it is told, which ``sized_builtin`` writes for every case."""
-    learned = PredictiveParams.model_validate(policy).learned_headroom
-    return prompt_spread(learned.budget) if learned is not None and learned.budget is not None else PROMPT_LENGTH_SIGMA
+    budget = PredictiveParams.model_validate(policy).error_budget
+    return prompt_spread(budget) if budget is not None else PROMPT_LENGTH_SIGMA
 
 
 def table(minutes: list[Minute]) -> list[str]:

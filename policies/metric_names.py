@@ -21,7 +21,7 @@ FIRST_TOKENS_RATE = "first_tokens_per_second"
 BUDGET_SIGNALS = (TTFT_SECONDS_RATE, FIRST_TOKENS_RATE, "prompt_tokens_per_second")
 """What the error budget is counted from (``policies.predictive.budget``): the rates of the TTFT histogram's
 ``_sum`` and ``_count`` over the last minute, and the prompt tokens'; not metrics a file scales on, but read for a
-workload whose ``predictive`` policy has a ``learnedHeadroom.budget``."""
+workload whose ``predictive`` policy has an ``errorBudget``."""
 WORK_SIGNALS = ("prompt_tokens_per_second", GENERATION_TOKENS, WAITING, FIRST_TOKENS_RATE)
 """What a follower of the work reads (``policies.predictive.utilization``): the tokens the fleet processed over the
 last minute, its waiting requests and its first tokens, for a ``predictive`` policy with a ``utilization`` block."""

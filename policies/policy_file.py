@@ -162,8 +162,8 @@ class Workload(StrictModel):
             self.__dict__["policy"] = {"type": "predictive"}  # the slo form's policy: it forecasts the flows
         if not self.metrics and self.capacity is not None:
             self.__dict__["metrics"] = capacity_metrics(self.capacity)
-        if self.spends_budget and self.slo is None:
-            raise ValueError("policy.learnedHeadroom.budget: needs the workload's slo, whose misses it counts")
+        if self.counts_budget and self.slo is None:
+            raise ValueError("policy.errorBudget: needs the workload's slo, whose misses it counts")
         return self
 
     @model_serializer(mode="wrap")
@@ -181,11 +181,11 @@ class Workload(StrictModel):
         return learning and self.policy_type == "predictive"
 
     @property
-    def spends_budget(self) -> bool:
-        """``predictive`` hands back its learned headroom as the slo's error budget burns
-        (``learnedHeadroom.budget``), and so reads what the budget is counted from (``metric_names.BUDGET_SIGNALS``)."""
-        learned = self.policy.get("learnedHeadroom")
-        return self.policy_type == "predictive" and isinstance(learned, dict) and learned.get("budget") is not None
+    def counts_budget(self) -> bool:
+        """``predictive`` with an ``errorBudget`` counts the slo's misses (which move its utilization, or hand its
+        learned headroom back), and so reads what the budget is counted from (``metric_names.BUDGET_SIGNALS``)."""
+        budget = self.policy.get("errorBudget", self.policy.get("error_budget"))
+        return self.policy_type == "predictive" and budget is not None
 
     @property
     def extra_signals(self) -> tuple[str, ...]:
@@ -194,10 +194,10 @@ class Workload(StrictModel):
         with a ``utilization`` block the work's counters and queue (each only if its metrics do not already read it)."""
         names = {m.name for m in self.metrics}
         extra = [TTFT_SLO] if self.learns_capacity else []
-        if self.spends_budget:
+        if self.counts_budget:
             extra += BUDGET_SIGNALS
             params = registry.parse_params(self.policy).model_dump()
-            if params["learned_headroom"]["budget"]["prompt_length_sigma"] is None:
+            if params["error_budget"]["prompt_length_sigma"] is None:
                 extra.append(PROMPT_SPREAD)  # not given: read from the prompt-length histogram
             if params.get("utilization") is not None:
                 extra += WORK_SIGNALS

@@ -248,7 +248,7 @@ class Slo(StrictModel):
         alias="windowSeconds",
         ge=60,
         le=30 * 86400,
-        description="the window the share is counted over: predictive's learnedHeadroom.budget counts its misses "
+        description="the window the share is counted over: predictive's errorBudget counts its misses "
         "over it, a day at least; simulate judges the whole trace",
     )
 

@@ -130,7 +130,7 @@ def with_error_budget(
     default runs it: the fleet a follower of its work (``utilization``: a replica's prefill and decode speeds, and
     the utilization a load test of a few replicas starts from, ``start`` or ``load_test_utilization``'s), the
     utilization moved by the slo's error budget, whose misses are counted with ``model``'s idle prefill speed and
-    the spread of the trace's prompt lengths, or of the built-in lengths without a trace (``learnedHeadroom.budget``;
+    the spread of the trace's prompt lengths, or of the built-in lengths without a trace (``errorBudget``;
     docs/decisions/predictive-utilization.md). Only what that block uses is written: the targets' headroom and a
     pooling gain size a block without ``utilization``, so neither is here."""
     workload = document["workloads"][0]
@@ -142,7 +142,6 @@ def with_error_budget(
         "prefillTokensPerSecond": round(model.idle_prefill_tokens_per_s, 1),
         "promptLengthSigma": round(spread, 2),
     }
-    learned = {"budget": budget}
     if start is None:
         start = load_test_utilization(model, trace, slo_ttft, slo_target)
     utilization = {
@@ -151,7 +150,7 @@ def with_error_budget(
         "decodeTokensPerSecond": round(held_decode_tokens_per_s(model, trace), 1),
     }
     slo = {"ttftSeconds": slo_ttft, "target": slo_target}
-    sized = {**policy, "learnedHeadroom": learned, "utilization": utilization}
+    sized = {**policy, "errorBudget": budget, "utilization": utilization}
     changed = {**workload, "slo": workload.get("slo", slo), "policy": sized}
     return {**document, "workloads": [changed, *document["workloads"][1:]]}
 

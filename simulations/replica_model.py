@@ -114,7 +114,7 @@ class ReplicaModel(StrictModel):
     @property
     def idle_prefill_tokens_per_s(self) -> float:
         """The prompt tokens an idle replica prefills a second (``engine_prefill_s`` of one token, inverted):
-        what ``learnedHeadroom.budget.prefillTokensPerSecond`` tells the policy of this replica."""
+        what ``errorBudget.prefillTokensPerSecond`` tells the policy of this replica."""
         return 1.0 / float(self.engine_prefill_s(np.array(1.0)))
 
     def engine_prefill_s(self, prompt: np.ndarray) -> np.ndarray:

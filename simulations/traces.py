@@ -159,7 +159,7 @@ class Trace:
     @cached_property
     def prompt_length_sigma(self) -> float:
         """The spread of the prompts' lengths, the standard deviation of their natural logarithm: what
-        ``learnedHeadroom.budget.promptLengthSigma`` tells the policy of a workload (``policies.predictive.budget``)."""
+        ``errorBudget.promptLengthSigma`` tells the policy of a workload (``policies.predictive.budget``)."""
         return float(np.std(np.log(np.maximum(self.prompt_tokens.astype(float), 1.0))))
 
     def busiest(self, window_s: float) -> float | None:

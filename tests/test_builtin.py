@@ -58,10 +58,10 @@ def test_the_builtin_default_counts_the_slos_error_budget_with_the_replicas_idle
     raw = with_error_budget(builtin_document(model), model, 1.5, 0.995)
     workload = parse_policy_document(raw, "<built-in>").workloads[0]
     assert workload.slo is not None and (workload.slo.ttft_seconds, workload.slo.target) == (1.5, 0.995)
-    learned = workload.policy["learnedHeadroom"]
     # 1 / (1/2,500 + (1/20 - 1/2,500) / 2,048): the prompt a second an idle replica prefills, chunks' weight reads in.
-    # Sized without a trace, for the built-in lengths, whose spread it is told; the block's defaults do the rest.
-    assert learned == {"budget": {"prefillTokensPerSecond": 2357.3, "promptLengthSigma": 0.5}}
+    # Sized without a trace, for the built-in lengths, whose spread it is told; no learned headroom beside it.
+    assert workload.policy["errorBudget"] == {"prefillTokensPerSecond": 2357.3, "promptLengthSigma": 0.5}
+    assert "learnedHeadroom" not in workload.policy
     assert model.engine_prefill_s(np.array([2357.3])) == pytest.approx([1.0], abs=1e-4)
     assert with_error_budget(raw, model, 1.5, 0.995) == raw
 
@@ -76,7 +76,7 @@ def test_the_budget_is_told_the_spread_of_the_traces_prompt_lengths() -> None:
     model = ReplicaModel()
     for trace, sigma in ((synthetic_day(0, 1.0, 0.25, 1), 0.5), (poisson_trace(1.0, 600, 500, 50), 0.0)):
         raw = with_error_budget(builtin_document(model, trace), model, 2.0, 0.99, trace)
-        budget = raw["workloads"][0]["policy"]["learnedHeadroom"]["budget"]
+        budget = raw["workloads"][0]["policy"]["errorBudget"]
         assert budget["promptLengthSigma"] == pytest.approx(sigma, abs=0.02)
 
 

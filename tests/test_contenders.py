@@ -58,8 +58,11 @@ def test_a_workload_that_spends_its_budget_sees_the_histograms_sum_and_count_rat
 
     model = ReplicaModel()
     document = builtin_policy()
-    budget = {"priorSeconds": 1200, "memorySeconds": 3600, "budget": {"prefillTokensPerSecond": 976.6}}
-    changes = {"slo": {"ttftSeconds": 2, "target": 0.99}, "policy": {"type": "predictive", "learnedHeadroom": budget}}
+    budget = {
+        "learnedHeadroom": {"priorSeconds": 1200, "memorySeconds": 3600},
+        "errorBudget": {"prefillTokensPerSecond": 976.6},
+    }
+    changes = {"slo": {"ttftSeconds": 2, "target": 0.99}, "policy": {"type": "predictive", **budget}}
     spending_doc, spending = workload_variant(document, document.workloads[0], changes)
     fleet, now = _two_requests_served(model)
     signals = policy_contender(spending_doc, spending, model).signals(fleet, now)  # type: ignore[misc]

@@ -332,7 +332,7 @@ def test_a_budget_the_policy_counts_is_exported_for_the_burn_alert() -> None:
     """The first tokens and estimated misses a policy counted into its budget, as the counters the
     ``VllmAutoscalerErrorBudgetBurn`` rule divides (tests/fixtures/alerts-test.yaml)."""
     budget = {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}
-    policy = {"type": "predictive", "learnedHeadroom": {"budget": budget}}
+    policy = {"type": "predictive", "learnedHeadroom": {}, "errorBudget": budget}
     metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 100}}]
     document = parse_policy_document(
         workload_doc(

@@ -1,5 +1,5 @@
 """Counting SLO misses from the TTFT histogram's sum and count (``policies/predictive/budget.py``), and the learned
-headroom handed back as they spend the budget (``learnedHeadroom.budget``)."""
+headroom handed back as they spend the budget (``errorBudget`` beside ``learnedHeadroom``)."""
 
 from __future__ import annotations
 
@@ -147,7 +147,8 @@ def test_the_headroom_goes_back_from_half_the_budget_to_the_whole(used: float, b
 
 BUDGET = {
     "type": "predictive",
-    "learnedHeadroom": {"priorSeconds": 60, "memorySeconds": 3_600, "budget": {"prefillTokensPerSecond": 1000}},
+    "learnedHeadroom": {"priorSeconds": 60, "memorySeconds": 3_600},
+    "errorBudget": {"prefillTokensPerSecond": 1000},
 }
 
 
@@ -188,36 +189,46 @@ def test_a_starting_daemon_replays_the_budgets_window_and_the_move_is_named(slo_
     policy: Any = workload.build_policy(15)
     assert policy.history_seconds == history
     for key in ("windowSeconds", "window_seconds"):  # the field's name and its alias, as the model took both
-        moved = {**BUDGET, "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, key: 86_400}}}
-        with pytest.raises(PolicyFileError, match=rf"budget: {key} moved to the workload's slo.windowSeconds"):
+        moved = {**BUDGET, "errorBudget": {"prefillTokensPerSecond": 1000, key: 86_400}}
+        with pytest.raises(PolicyFileError, match=rf"errorBudget: {key} moved to the workload's slo.windowSeconds"):
             parse_policy_document(workload_doc(policy=moved, slo=slo))
 
 
 def test_a_budget_needs_the_workloads_slo() -> None:
-    with pytest.raises(PolicyFileError, match=r"policy.learnedHeadroom.budget: needs the workload's slo"):
+    with pytest.raises(PolicyFileError, match=r"policy.errorBudget: needs the workload's slo"):
         parse_policy_document(workload_doc(policy=BUDGET))
     slo = {"ttftSeconds": 2, "target": 0.99}
     workload = parse_policy_document(workload_doc(policy=BUDGET, slo=slo)).workloads[0]
     # None is among its metrics; not told its prompts' spread, it reads it from their histogram.
-    assert workload.spends_budget and workload.extra_signals == (*BUDGET_SIGNALS, PROMPT_SPREAD)
-    told = {**BUDGET, "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}}}
+    assert workload.counts_budget and workload.extra_signals == (*BUDGET_SIGNALS, PROMPT_SPREAD)
+    told = {**BUDGET, "errorBudget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}}
     assert parse_policy_document(workload_doc(policy=told, slo=slo)).workloads[0].extra_signals == BUDGET_SIGNALS
 
 
 @pytest.mark.parametrize(
-    ("block", "prior", "memory"),
+    ("block", "budget", "prior", "memory"),
     [
-        ({}, 43_200, 86_400),  # without a budget a day's rises: nothing hands the headroom back after a surge
-        ({"budget": {"prefillTokensPerSecond": 1000}}, 1_200, 3_600),  # the budget does: the last hour's
-        ({"budget": {"prefillTokensPerSecond": 1000}, "memorySeconds": 7_200}, 1_200, 7_200),
-        ({"budget": {"prefillTokensPerSecond": 1000}, "prior_seconds": 600}, 600, 3_600),
+        ({}, False, 43_200, 86_400),  # without a budget a day's rises: nothing hands the headroom back after a surge
+        ({}, True, 1_200, 3_600),  # the budget does: the last hour's
+        ({"memorySeconds": 7_200}, True, 1_200, 7_200),
+        ({"prior_seconds": 600}, True, 600, 3_600),
     ],
 )
-def test_a_budget_learns_over_the_last_hour_unless_told(block: dict[str, object], prior: float, memory: float) -> None:
-    from policies.predictive import LearnedHeadroomParams
+def test_a_budget_learns_over_the_last_hour_unless_told(
+    block: dict[str, object], budget: bool, prior: float, memory: float
+) -> None:
+    from policies.predictive import PredictiveParams
 
-    params = LearnedHeadroomParams.model_validate(block)
-    assert (params.prior_seconds, params.memory_seconds) == (prior, memory)
+    counted = {"errorBudget": {"prefillTokensPerSecond": 1000}} if budget else {}
+    learned = PredictiveParams.model_validate({"learnedHeadroom": block, **counted}).learned_headroom
+    assert learned is not None and (learned.prior_seconds, learned.memory_seconds) == (prior, memory)
+
+
+def test_a_budget_inside_the_learned_headroom_is_told_where_it_moved() -> None:
+    """A file written when the count lived in ``learnedHeadroom`` (the follower of its work learns no headroom)."""
+    policy = {"type": "predictive", "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000}}}
+    with pytest.raises(PolicyFileError, match=r"learnedHeadroom: budget moved to errorBudget"):
+        parse_policy_document(workload_doc(policy=policy, slo={"ttftSeconds": 2, "target": 0.99}))
 
 
 def test_a_workloads_prompt_spread_sets_how_many_light_minutes_miss() -> None:
@@ -228,7 +239,7 @@ def test_a_workloads_prompt_spread_sets_how_many_light_minutes_miss() -> None:
         budget: dict[str, float] = {"prefillTokensPerSecond": 1000}
         if spread is not None:
             budget["promptLengthSigma"] = spread
-        policy = {**BUDGET, "learnedHeadroom": {**BUDGET["learnedHeadroom"], "budget": budget}}  # type: ignore[dict-item]
+        policy = {**BUDGET, "errorBudget": budget}
         slo = {"ttftSeconds": 2, "target": 0.99}
         metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 300}}]
         document = parse_policy_document(workload_doc(maxReplicas=100, policy=policy, slo=slo, metrics=metrics))
@@ -248,8 +259,8 @@ def test_a_workloads_prompt_spread_sets_how_many_light_minutes_miss() -> None:
 def test_a_prompt_spread_must_be_a_spread() -> None:
     for bad in (-0.1, 5):
         budget = {"prefillTokensPerSecond": 1000, "promptLengthSigma": bad}
-        policy = {**BUDGET, "learnedHeadroom": {"budget": budget}}
-        with pytest.raises(PolicyFileError, match=r"learnedHeadroom.budget.promptLengthSigma"):
+        policy = {**BUDGET, "errorBudget": budget}
+        with pytest.raises(PolicyFileError, match=r"errorBudget.promptLengthSigma"):
             parse_policy_document(workload_doc(policy=policy, slo={"ttftSeconds": 2, "target": 0.99}))
 
 
@@ -257,8 +268,8 @@ def test_the_removed_spending_loop_is_refused_with_where_to_look() -> None:
     """A file written for the loop that ran the fleet hotter while the budget was left is told it is gone, not only
     that the key is unknown (docs/decisions/error-budget-loop.md)."""
     budget = {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5, "spend": True}
-    policy = {**BUDGET, "learnedHeadroom": {"budget": budget}}
-    with pytest.raises(PolicyFileError, match=r"learnedHeadroom.budget: .*spend was removed"):
+    policy = {**BUDGET, "errorBudget": budget}
+    with pytest.raises(PolicyFileError, match=r"errorBudget: .*spend was removed"):
         parse_policy_document(workload_doc(policy=policy, slo={"ttftSeconds": 2, "target": 0.99}))
 
 

@@ -31,7 +31,7 @@ SLO = {"ttftSeconds": 2, "target": 0.99}
 BLOCK = {"start": 0.5, "prefillTokensPerSecond": 4000, "decodeTokensPerSecond": 1000}
 POLICY = {
     "type": "predictive",
-    "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}},
+    "errorBudget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5},
     "utilization": BLOCK,
 }
 
@@ -108,7 +108,7 @@ def test_the_utilization_stays_within_its_bounds() -> None:
 
 def test_a_block_needs_the_budget_that_counts_its_misses() -> None:
     alone = {"type": "predictive", "utilization": BLOCK}
-    with pytest.raises(PolicyFileError, match=r"utilization: needs learnedHeadroom.budget"):
+    with pytest.raises(PolicyFileError, match=r"utilization: needs errorBudget"):
         parse_policy_document(workload_doc(policy=alone, slo=SLO))
     for bad in ({**BLOCK, "start": 0}, {**BLOCK, "start": 1.5}, {**BLOCK, "decodeTokensPerSecond": -1}):
         with pytest.raises(PolicyFileError, match=r"policy.utilization"):

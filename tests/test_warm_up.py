@@ -158,12 +158,10 @@ def test_a_policy_that_keeps_no_history_reads_none() -> None:
 def test_a_budget_reads_its_window_of_the_histograms_sum_and_count_back(window: int | None) -> None:
     """A restart does not forget the misses that spent the budget: the TTFT histogram's rates are read back with
     the rest over the budget's window (the slo's, a day at least), and the ledger holds it as before."""
-    budget = {"budget": {"prefillTokensPerSecond": 1000}}
+    budget = {"learnedHeadroom": {}, "errorBudget": {"prefillTokensPerSecond": 1000}}
     metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}}]
     slo = {"ttftSeconds": 2, "target": 0.99, **({"windowSeconds": window} if window else {})}
-    document = workload_doc(
-        metrics=metrics, maxReplicas=40, slo=slo, policy={"type": "predictive", "learnedHeadroom": budget}
-    )
+    document = workload_doc(metrics=metrics, maxReplicas=40, slo=slo, policy={"type": "predictive", **budget})
     workload = parse_policy_document(document).workloads[0]
     policy = parse_policy_document(document).decider(workload).policy
     seconds = window or 86_400
@@ -191,13 +189,13 @@ def test_a_budgets_day_before_the_rises_memory_is_read_coarser_and_counts_the_sa
     the state is the one a tick-by-tick replay builds."""
     import math
 
-    budget = {"budget": {"prefillTokensPerSecond": 1000}}
+    budget = {"learnedHeadroom": {}, "errorBudget": {"prefillTokensPerSecond": 1000}}
     metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 500}}]
     document = workload_doc(
         metrics=metrics,
         maxReplicas=40,
         slo={"ttftSeconds": 2, "target": 0.99, "windowSeconds": 86_400},
-        policy={"type": "predictive", "learnedHeadroom": budget},
+        policy={"type": "predictive", **budget},
     )
     workload = parse_policy_document(document).workloads[0]
 
@@ -233,7 +231,7 @@ def test_a_budgets_day_before_the_rises_memory_is_read_coarser_and_counts_the_sa
 
 FOLLOWER = {
     "type": "predictive",
-    "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}},
+    "errorBudget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5},
     "utilization": {"start": 0.7, "prefillTokensPerSecond": 1000, "decodeTokensPerSecond": 300},
 }
 FOLLOWER_METRICS = [
@@ -430,7 +428,8 @@ def test_ten_thousand_workloads_read_a_day_in_about_a_hundred_queries() -> None:
         slo={"ttftSeconds": 2, "target": 0.99},
         policy={
             "type": "predictive",
-            "learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5}},
+            "learnedHeadroom": {},
+            "errorBudget": {"prefillTokensPerSecond": 1000, "promptLengthSigma": 0.5},
         },
     )
     one = parse_policy_document(document).workloads[0]

@@ -39,12 +39,12 @@ fleet sizes tells the gain.
 
 With a ``learnedHeadroom`` block the headroom is blended with one learned from the demand's own rises within a
 horizon (``RiseHistory``, ``blended_headroom``): recorded days whose load rises slowly need far less than
-the default, a day of rare surges more; off by default (docs/decisions/predictive-headroom.md). With
-its ``budget``, what it learned to do without is handed back as the slo's error budget burns, counted from
+the default, a day of rare surges more; off by default (docs/decisions/predictive-headroom.md). Beside an
+``errorBudget``, what it learned to do without is handed back as the slo's error budget burns, counted from
 vLLM's TTFT histogram (``policies.predictive.budget``): a surge after calm hours spends budget once, and the next
-meets the configured headroom. The block needs a replica's idle prefill speed, which no default here knows;
-``simulate`` writes it, with the budget, into the predictive block it sizes for a file given only an slo
-(``simulations.builtin.with_error_budget``).
+meets the configured headroom. The count needs a replica's idle prefill speed, which no default here knows;
+``simulate`` writes it into the predictive block it sizes for a file given only an slo
+(``simulations.builtin.with_error_budget``), beside ``utilization``.
 
 With a ``utilization`` block (what ``simulate`` sizes for a file given only an slo) the fleet is sized otherwise: as
 a follower of its work, the last minute's tokens at the replica's throughputs and its queue, over a utilization that

@@ -45,7 +45,7 @@ it (docs/decisions/error-budget-count.md). A count that errs high costs
 GPU-hours; one that errs low, the SLO.
 
 ``BudgetLedger`` adds them up over the slo's window, and a day at least (``ledger_window``), so that
-``predictive`` with ``learnedHeadroom.budget`` can hand back, as the budget burns, the headroom it learned to
+``predictive`` with an ``errorBudget`` can hand back, as the budget burns, the headroom it learned to
 do without (``returned``).
 """
 

@@ -31,7 +31,8 @@ class PoolingParams(StrictModel):
 
 
 class ErrorBudgetParams(StrictModel):
-    """The learned headroom handed back as the slo's error budget burns (``policies.predictive.budget``)."""
+    """How the slo's misses are counted from vLLM's TTFT histogram (``policies.predictive.budget``): the budget that
+    moves a ``utilization`` block's utilization, or hands a ``learnedHeadroom`` back as it burns."""
 
     prefill_tokens_per_second: float = Field(
         alias="prefillTokensPerSecond",
@@ -63,11 +64,12 @@ class ErrorBudgetParams(StrictModel):
 # and the budget hands the headroom back. Without one, a day's: an hour's memory missed such a surge, and
 # nothing handed the headroom back (docs/decisions/predictive-headroom.md).
 BUDGET_LEARNING = {"priorSeconds": 1_200.0, "memorySeconds": 3_600.0}
+_LEARNING_FIELDS = {"priorSeconds": "prior_seconds", "memorySeconds": "memory_seconds"}
 
 
 class LearnedHeadroomParams(StrictModel):
     """The headroom blended with the one the demand's own rises call for (``RiseHistory``); off unless given
-    (docs/decisions/predictive-headroom.md). With ``budget``, handed back to the configured headroom as
+    (docs/decisions/predictive-headroom.md). Beside an ``errorBudget``, handed back to the configured headroom as
     the slo's error budget burns, and learned over a shorter past by default (``BUDGET_LEARNING``)."""
 
     prior_seconds: Seconds = Field(
@@ -82,25 +84,18 @@ class LearnedHeadroomParams(StrictModel):
         gt=0,
         description="how long a rise is remembered; with a budget 3,600 by default",
     )
-    budget: ErrorBudgetParams | None = Field(
-        default=None, description="hand the learned headroom back as the slo's error budget burns; needs an slo"
-    )
 
     @model_validator(mode="before")
     @classmethod
-    def _budget_learning(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or data.get("budget") is None:
-            return data
-        field_names = {"priorSeconds": "prior_seconds", "memorySeconds": "memory_seconds"}
-        unset = {k: v for k, v in BUDGET_LEARNING.items() if k not in data and field_names[k] not in data}
-        return {**data, **unset}
+    def _moved(cls, data: Any) -> Any:
+        return refuse_moved(data, {"budget": "errorBudget, a key of the predictive block beside learnedHeadroom"})
 
 
 class UtilizationParams(StrictModel):
     """Size the fleet as a follower of its work at a utilization the slo's error budget moves
     (``policies.predictive.utilization``); off unless given. It replaces the targets, the headroom, the pooling, the
-    learned headroom's blend (the trend and the tolerance still apply), and needs
-    ``learnedHeadroom.budget`` (how the misses are counted) and an slo."""
+    learned headroom's blend (the trend and the tolerance still apply), and needs an ``errorBudget`` (how the misses
+    are counted) and an slo."""
 
     start: float = Field(
         gt=0,
@@ -166,16 +161,30 @@ class PredictiveParams(StrictModel):
         default=None,
         description="size as a follower of the work at a utilization the error budget moves; off unless given",
     )
+    error_budget: ErrorBudgetParams | None = Field(
+        default=None,
+        alias="errorBudget",
+        description="count the slo's misses, which move the utilization or hand the learned headroom back; needs "
+        "an slo; off unless given",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _moved(cls, data: Any) -> Any:
-        return refuse_moved(data, MOVED_KEYS)
+        data = refuse_moved(data, MOVED_KEYS)
+        if not isinstance(data, dict) or data.get("errorBudget", data.get("error_budget")) is None:
+            return data
+        # Beside a budget, the headroom is learned over a shorter past unless the block says (BUDGET_LEARNING).
+        key = "learnedHeadroom" if "learnedHeadroom" in data else "learned_headroom"
+        if not isinstance(learned := data.get(key), dict):
+            return data
+        unset = {k: v for k, v in BUDGET_LEARNING.items() if k not in learned and _LEARNING_FIELDS[k] not in learned}
+        return {**data, key: {**learned, **unset}}
 
     @model_validator(mode="after")
     def _counted(self) -> PredictiveParams:
-        if self.utilization is not None and (self.learned_headroom is None or self.learned_headroom.budget is None):
-            raise ValueError("utilization: needs learnedHeadroom.budget, by whose count of the slo's misses it moves")
+        if self.utilization is not None and self.error_budget is None:
+            raise ValueError("utilization: needs errorBudget, by whose count of the slo's misses it moves")
         return self
 
 

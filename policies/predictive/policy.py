@@ -93,17 +93,16 @@ class PredictivePolicy(PolicyBase):
 
     @property
     def budget_used(self) -> float | None:
-        """The share of the slo's error budget spent over the ledger's window; None without a ``budget`` (a
+        """The share of the slo's error budget spent over the ledger's window; None without an ``errorBudget`` (a
         reload that removed it leaves the ledger behind, unread) or an slo."""
-        learned = self.params.learned_headroom
-        if learned is None or learned.budget is None or self.state.budget is None or self.ctx.slo is None:
+        if self.params.error_budget is None or self.state.budget is None or self.ctx.slo is None:
             return None
         return self.state.budget.used(self.ctx.slo.target)
 
     @property
     def budget_returned(self) -> float:
         """How far the learned headroom is handed back to the configured one (``error_budget.returned``); 0
-        without a ``budget`` or an slo."""
+        without an ``errorBudget`` or an slo."""
         used = self.budget_used
         return 0.0 if used is None else returned(used)
 
@@ -162,10 +161,10 @@ class PredictivePolicy(PolicyBase):
     @property
     def history_seconds(self) -> float:
         """How much of the past this policy's state is built from, what a starting daemon replays into it
-        (``autoscaler.warm_up``): what it needs tick by tick (``detail_seconds``), and with a ``budget`` the window
-        the budget is counted over (``error_budget.ledger_window``: the slo's, a day at least)."""
-        learned, slo = self.params.learned_headroom, self.ctx.slo
-        if learned is None or learned.budget is None or slo is None:
+        (``autoscaler.warm_up``): what it needs tick by tick (``detail_seconds``), and with an ``errorBudget`` the
+        window the budget is counted over (``error_budget.ledger_window``: the slo's, a day at least)."""
+        slo = self.ctx.slo
+        if self.params.error_budget is None or slo is None:
             return self.detail_seconds
         return max(self.detail_seconds, ledger_window(float(slo.window_seconds)))
 
@@ -260,9 +259,8 @@ class PredictivePolicy(PolicyBase):
         prompt, generation = observation.value(PROMPT_TOKENS), observation.value(GENERATION_TOKENS)
         missing = tuple(name for name, v in ((PROMPT_TOKENS, prompt), (GENERATION_TOKENS, generation)) if v is None)
         details: dict[str, object] = {"missing": list(missing)}
-        learned = self.params.learned_headroom
-        assert learned is not None and learned.budget is not None
-        self._count_budget(observation, learned.budget, details)
+        assert self.params.error_budget is not None
+        self._count_budget(observation, self.params.error_budget, details)
         if prompt is None or generation is None:
             return Proposal(None, "metrics-unavailable", details, missing)
         work = work_in_replicas(
@@ -310,11 +308,10 @@ class PredictivePolicy(PolicyBase):
         before the first decision; skipping them took a day's replay from 62 to 24 ms a workload, and the count
         without the details nobody reads to 16 (``autoscaler.bench``, docs/decisions/daemon-scale.md)."""
         self._learn(observation)
-        learned = self.params.learned_headroom
-        if learned is None or learned.budget is None:
+        if (budget := self.params.error_budget) is None:
             return
         if self.follows or self._any_metric(observation):
-            self._count_budget(observation, learned.budget, None)
+            self._count_budget(observation, budget, None)
 
     def apart(self) -> Policy | None:
         """A follower's older history is its budget's count alone, and a count can be summed (``absorb``): it is
@@ -371,8 +368,8 @@ class PredictivePolicy(PolicyBase):
             if rises is None or not rises.fits(self.horizon, learned.memory_seconds):
                 self.state.rises = rises = RiseHistory(self.horizon, learned.memory_seconds)
             rises.update(demand, observation.now)
-            if learned.budget is not None:
-                self._count_budget(observation, learned.budget, details)
+        if (budget := self.params.error_budget) is not None:
+            self._count_budget(observation, budget, details)
         forecast = demand + growth
         headroom = self.headroom
         unpooled = demand * (1 + headroom) + max(0.0, growth - max(headroom, 0.0) * demand)

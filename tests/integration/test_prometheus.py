@@ -360,7 +360,7 @@ def test_batched_queries_equal_each_workloads_default_query(
     # tokens are among its metrics already.
     from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE
 
-    budget = {"learnedHeadroom": {"budget": {"prefillTokensPerSecond": 1000}}}
+    budget = {"learnedHeadroom": {}, "errorBudget": {"prefillTokensPerSecond": 1000}}
     spending = [
         {**w, "capacity": {**w["capacity"], "learn": False}, "policy": {"type": "predictive", **budget}}
         for w in learning
@@ -660,7 +660,7 @@ def test_a_follower_decides_on_its_last_seconds_and_takes_the_rest_of_its_day_in
     policy_block = {
         "type": "predictive",
         "trend": {"windowSeconds": 6},
-        "learnedHeadroom": {"budget": budget},
+        "errorBudget": budget,
         "utilization": utilization,
     }
     raw = document.model_dump(by_alias=True, exclude_none=True)
