@@ -1,7 +1,7 @@
 """One step of every replica's engine over a fleet's running requests, compiled by numba where it is installed
 (the ``[sim]`` extra): the one loop the simulator makes every simulated second, over some hundreds of running
 requests, where numpy's fixed cost per call had been most of a step (docs/decisions/simulator-speed.md).
-Without numba the interpreter runs the same code, about three times slower."""
+Without numba the interpreter runs the same code, three to four times slower (the built-in day: 19 s against 4.6)."""
 
 from __future__ import annotations
 
