@@ -5,12 +5,33 @@ prints them, from any daemon (a dry-run or a standby one too, which write no sta
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from autoscaler.logs import get_logger
+
+log = get_logger("autoscaler.server")
+
+
+class OneLineErrorsServer(ThreadingHTTPServer):
+    """A threaded HTTP server that says a request's failure in one log line, not the traceback ``socketserver`` prints
+    on stderr: a client gone before its answer was written (a scrape or ``status --url`` that timed out on a large
+    answer) at info, anything else as an error."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        client = ":".join(str(part) for part in client_address) if isinstance(client_address, tuple) else "?"
+        if isinstance(error, ConnectionError):  # a broken pipe, a reset or an abort: the client left
+            log.info("http-client-gone", client=client, error=type(error).__name__)
+        else:
+            log.error("http-request-failed", client=client, error=repr(error))
 
 
 class HealthServer:
@@ -42,8 +63,7 @@ class HealthServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer((address, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = OneLineErrorsServer((address, port), Handler)
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True, name="health-server")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from autoscaler.server import send
+from autoscaler.server import OneLineErrorsServer, send
 
 
 def free_port() -> int:
@@ -51,7 +51,7 @@ def serve_page(
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = OneLineErrorsServer(("127.0.0.1", port), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     return server, thread
