@@ -18,9 +18,10 @@ COMPILED = importlib.util.find_spec("numba") is not None
 
 
 def _compiled(function: F) -> F:
-    """``function`` compiled by numba at its first call and cached on disk beside this file, or as written without
-    numba. Compiled when first called, not when imported: numba and LLVM (some 60 MiB) are loaded only by a process
-    that steps a fleet, not by one that only reads the simulator's modules (the bench's daemon beside it)."""
+    """``function`` compiled by numba at its first call and cached on disk beside this file (or in the user's cache
+    where that is read-only; compiled anew each process where neither is writable), or as written without numba.
+    Compiled when first called, not when imported: numba and LLVM (some 60 MiB) are loaded only by a process that
+    steps a fleet, not by one that only reads the simulator's modules (the bench's daemon beside it)."""
     if not COMPILED:
         return function
     dispatcher: Callable[..., Any] | None = None
@@ -29,9 +30,12 @@ def _compiled(function: F) -> F:
     def call(*args: Any) -> Any:
         nonlocal dispatcher
         if dispatcher is None:
-            from numba import njit
+            import numba
 
-            dispatcher = njit(cache=True, nogil=True)(function)
+            try:
+                dispatcher = numba.njit(cache=True, nogil=True)(function)
+            except RuntimeError:  # numba found no writable place for its cache: a second of compiling, every run
+                dispatcher = numba.njit(nogil=True)(function)
         return dispatcher(*args)
 
     return cast(F, call)

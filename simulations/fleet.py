@@ -413,7 +413,8 @@ class Fleet:
 
     def _advance(self, now: float, end: float) -> None:
         """One step of every replica's engine (``engine.engine_step``): prompts in prefill served first come,
-        first served, every other running request decoding; then first tokens, and the requests done leave."""
+        first served, every other running request decoding; then first tokens, the requests done leave, and a
+        replica whose cache the new tokens overflow preempts its newest (``_preempt_overflow``)."""
         model = self.model
         done, frac, generated, leaving, kv = engine_step(
             now, model.step_s, self.r_rep, self.r_pre, self.r_dec, self.r_start, self.r_ctx, len(self.replicas),

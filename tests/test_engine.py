@@ -146,3 +146,26 @@ def test_the_compiled_step_is_the_interpreted_one() -> None:
             returned = step(0.0, DT, *copies, replicas, *CONSTANTS)
             outcomes.append([*(np.asarray(x).tolist() for x in returned), *(c.tolist() for c in copies)])
         assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.skipif(not COMPILED, reason="numba is not installed: nothing is compiled")
+def test_without_a_writable_cache_the_step_is_compiled_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba refuses ``cache=True`` where it finds nowhere to write (a read-only install and home): the step is
+    compiled without its cache, not left to fail the run."""
+    import numba
+
+    from simulations.engine import _compiled
+
+    real = numba.njit
+
+    def nowhere_to_cache(*args: object, **options: object) -> object:
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function: no locator available for file")
+        return real(*args, **options)
+
+    monkeypatch.setattr(numba, "njit", nowhere_to_cache)
+    step = _compiled(engine_step.__wrapped__)
+    done, *_ = step(0.0, DT, np.array([0]), np.array([100.0]), np.array([1.0]), np.zeros(1), np.array([100.0]), 1,
+                    *CONSTANTS)  # fmt: skip
+    held = dict(zip(step.__code__.co_freevars, (cell.cell_contents for cell in step.__closure__ or ()), strict=True))
+    assert done.tolist() == [0] and type(held["dispatcher"]).__name__ == "CPUDispatcher"  # compiled, uncached
