@@ -171,10 +171,14 @@ class PredictiveParams(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _moved(cls, data: Any) -> Any:
-        data = refuse_moved(data, MOVED_KEYS)
+        return refuse_moved(data, MOVED_KEYS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_learning(cls, data: Any) -> Any:
+        """Beside a budget, the headroom is learned over a shorter past unless the block says (``BUDGET_LEARNING``)."""
         if not isinstance(data, dict) or data.get("errorBudget", data.get("error_budget")) is None:
             return data
-        # Beside a budget, the headroom is learned over a shorter past unless the block says (BUDGET_LEARNING).
         key = "learnedHeadroom" if "learnedHeadroom" in data else "learned_headroom"
         if not isinstance(learned := data.get(key), dict):
             return data
