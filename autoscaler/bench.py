@@ -191,15 +191,14 @@ def _sized_start() -> float:
     return load_test_utilization(ReplicaModel(), None, 2.0, 0.99)
 
 
-def _slo_written(document: dict[str, Any], start: float | None = None) -> dict[str, Any]:
+def _slo_written(document: dict[str, Any], start: float) -> dict[str, Any]:
     """``document`` with each workload given the slo and the predictive block ``simulate --write-config`` writes
     for a file given only an slo (``builtin.with_error_budget``, the built-in replica at 2 s and 99 %), from
-    ``_sized_start``'s utilization, or ``start`` where it was load-tested already."""
+    ``start``, ``_sized_start``'s utilization."""
     from simulations.builtin import with_error_budget
     from simulations.replica_model import ReplicaModel
 
     model = ReplicaModel()
-    start = _sized_start() if start is None else start  # once: it is a load test of seconds
     workloads = [
         with_error_budget({"workloads": [{**w, "policy": {"type": "predictive"}}]}, model, 2.0, 0.99, start=start)[
             "workloads"
@@ -663,13 +662,14 @@ def bench_warm_up(seed: int, fleet: int = 1000) -> dict[str, Any]:
         del workload["metrics"]
         workload["capacity"] = {"promptTokensPerSecond": 500, "runningRequests": 11}
     one = {**raw, "workloads": raw["workloads"][:1]}
-    document = parse_policy_document(_slo_written(one))
+    start = _sized_start()  # once: it is a load test of seconds
+    document = parse_policy_document(_slo_written(one, start))
     policy = document.decider(document.workloads[0]).policy
     wall = time.time()
     started = time.perf_counter()
     outcome = warm_up(document.workloads[0], policy, _History(seed, targets[:1]), wall, 0.0, float(document.interval))
     figures = {"warm_up_s": round(time.perf_counter() - started, 3), "warm_up_samples": outcome.samples}
-    document = parse_policy_document(_slo_written(raw))
+    document = parse_policy_document(_slo_written(raw, start))
     members = [(w, document.decider(w).policy) for w in document.workloads]
     source = _History(seed, targets)
     started = time.perf_counter()
