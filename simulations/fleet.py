@@ -245,8 +245,9 @@ class Fleet:
 
     def kv_used(self) -> np.ndarray:
         """The KV-cache tokens each replica (by index) holds: its running requests' blocks. Worked out once
-        between changes (routing, admission, the check for preemption and the scrape read it), and not to be
-        changed in place."""
+        between changes (routing, admission, the check for preemption and the scrape read it; the engine step hands
+        over its own count, ``engine_step``'s last value, for the requests that stay), and not to be changed in
+        place."""
         if self._kv is None or len(self._kv) != len(self.replicas):
             self._kv = np.bincount(self.r_rep, weights=self.model.blocks(self.r_ctx), minlength=len(self.replicas))
         return self._kv
