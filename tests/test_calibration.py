@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from autoscaler.cli import main
+from simulations import calibration
 from simulations.calibration import BenchRun, fit, load_run, simulate_run
 from simulations.replica_model import ReplicaModel
 
@@ -62,6 +63,17 @@ def test_the_fit_finds_the_replica_that_made_the_runs() -> None:
     truth = _result(48)
     assert heavy["request_throughput"] == pytest.approx(truth["request_throughput"], rel=0.1)
     assert heavy["median_tpot_ms"] == pytest.approx(truth["median_tpot_ms"], rel=0.15)
+
+
+def test_a_long_run_is_replayed_in_coarser_steps_to_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = TRUTH.model_copy(update={"decode_tokens_per_s": 3.0, "prefill_tokens_per_s": 1_000.0})
+    run = BenchRun.model_validate(_result(2, slow, prompt=4096, output=1000))
+    assert run.duration > calibration.STEPS_A_RUN * calibration.STEP_S  # long enough for the coarser step
+    coarse = simulate_run(slow, run).figures
+    monkeypatch.setattr(calibration, "STEPS_A_RUN", 10**9)  # every run in 20 ms steps
+    fine = simulate_run(slow, run).figures
+    for key, within in (("request_throughput", 0.01), ("median_tpot_ms", 0.01), ("median_ttft_ms", 0.02)):
+        assert coarse[key] == pytest.approx(fine[key], rel=within), key
 
 
 def test_a_warm_prefix_cache_is_named_and_left_out() -> None:
