@@ -1,6 +1,7 @@
 """The replica-fidelity report: each published sweep in ``lab/sweeps/`` calibrated on its light and mid-load
-bursts, as ``vllm-autoscaler calibrate`` fits them, and its heavy bursts predicted; written to
-``docs/results/DATE-replica-fidelity.md``.
+runs, as ``vllm-autoscaler calibrate`` fits them, and its heavy runs predicted; written to
+``docs/results/DATE-replica-fidelity.md``. A run's load is its concurrency limit (``--max-concurrency``), or
+for a burst without one the requests it sent at once.
 
     python lab/fidelity.py [--date YYYY-MM-DD]
 
@@ -27,8 +28,16 @@ class Sweep:
     folder: str
     title: str
     kv_cache_tokens: float
-    fit_up_to: int  # bursts of up to this many requests are the light and mid load the fit sees
-    near_up_to: int  # bursts of up to this many are "up to about twice the knee"
+    fit_up_to: int  # runs of up to this load are the light and mid load the fit sees
+    near_up_to: int  # runs of up to this load are "up to about twice the knee"
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    gpus: int = 1
+
+
+def load(run: BenchRun) -> int:
+    """A run's load: its concurrency limit, or for a burst without one the requests it sent at once."""
+    return run.max_concurrency or run.completed
 
 
 SWEEPS = (
@@ -43,11 +52,22 @@ SWEEPS = (
         "qwen2-7b-a100-kv94k", "Qwen2-7B-Instruct, one A100 80GB, about 93,800 KV tokens (KV-bound)", 93_792, 75, 100
     ),
     Sweep("qwen2.5-32b-2xa100-kv67k", "Qwen2.5-32B, two A100 80GB, about 67,300 KV tokens (KV-bound)", 67_338, 20, 50),
+    Sweep(
+        "devstral2-123b-4xrtxpro6000-kv1424k",
+        "Devstral-2-123B (NVFP4), four RTX PRO 6000 at 250 W, about 1,423,900 KV tokens "
+        "(prefill-bound, 16k-token prompts)",
+        1_423_900,
+        8,
+        32,
+        max_num_batched_tokens=65_536,
+        max_num_seqs=128,
+        gpus=4,
+    ),
 )
 
 
 def knee(runs: list[tuple[int, float]]) -> int:
-    """The smallest burst whose request throughput reaches 90 % of the sweep's largest."""
+    """The smallest load whose request throughput reaches 90 % of the sweep's largest."""
     top = max(throughput for _, throughput in runs)
     return min(n for n, throughput in runs if throughput >= 0.9 * top)
 
@@ -64,16 +84,20 @@ def section(sweep: Sweep) -> tuple[str, int, int]:
     files = sorted((ROOT / "lab" / "sweeps" / sweep.folder).glob("*.json"))
     runs: list[tuple[str, BenchRun]] = [(path.name, load_run(str(path))) for path in files]
     base = ReplicaModel(
-        name=sweep.folder, kv_cache_tokens=sweep.kv_cache_tokens, max_num_batched_tokens=2048, gpus_per_replica=1
+        name=sweep.folder,
+        kv_cache_tokens=sweep.kv_cache_tokens,
+        max_num_batched_tokens=sweep.max_num_batched_tokens,
+        max_num_seqs=sweep.max_num_seqs,
+        gpus_per_replica=sweep.gpus,
     )
     started = time.monotonic()
-    fitted = fit([(name, run) for name, run in runs if run.completed <= sweep.fit_up_to], base)
+    fitted = fit([(name, run) for name, run in runs if load(run) <= sweep.fit_up_to], base)
     elapsed = time.monotonic() - started
     model = fitted.model
     lines = [
         f"### {sweep.title}",
         "",
-        f"Files: `lab/sweeps/{sweep.folder}/`. Fitted on the bursts of up to {sweep.fit_up_to} requests in "
+        f"Files: `lab/sweeps/{sweep.folder}/`. Fitted on the runs of load up to {sweep.fit_up_to} in "
         f"{elapsed:.0f} s: prefill {model.prefill_tokens_per_s:,.0f} tokens/s, decode {model.decode_tokens_per_s:.1f} "
         f"tokens/s alone, KV read {model.kv_read_s_per_token * 1e9:.1f} ns a token, overhead "
         f"{model.request_overhead_s * 1e3:.0f} ms.",
@@ -82,19 +106,15 @@ def section(sweep: Sweep) -> tuple[str, int, int]:
     lines += [f"- warning: {warning}" for warning in fitted.warnings]
     lines += [
         "",
-        "| burst | role | req/s measured / simulated | median TPOT ms | p99 TTFT ms | in band |",
+        "| run (load) | role | req/s measured / simulated | median TPOT ms | p99 TTFT ms | in band |",
         "|---|---|---|---|---|---|",
     ]
     checked = passed = 0
     simulated_runs: list[tuple[int, float]] = []
     for name, run in runs:
         got = simulate_run(model, run).figures
-        simulated_runs.append((run.completed, got["request_throughput"]))
-        role = (
-            "fit"
-            if run.completed <= sweep.fit_up_to
-            else ("heavy" if run.completed <= sweep.near_up_to else "far past")
-        )
+        simulated_runs.append((load(run), got["request_throughput"]))
+        role = "fit" if load(run) <= sweep.fit_up_to else ("heavy" if load(run) <= sweep.near_up_to else "far past")
         cells = []
         ok = True
         for key in ("request_throughput", "median_tpot_ms", "p99_ttft_ms"):
@@ -109,14 +129,16 @@ def section(sweep: Sweep) -> tuple[str, int, int]:
             checked += 1
             passed += ok
         lines.append(
-            f"| {name.removesuffix('.json')} ({run.completed} served) | {role} | "
+            f"| {name.removesuffix('.json')} ({run.completed} served"
+            + (f", at most {run.max_concurrency} at once" if run.max_concurrency else "")
+            + f") | {role} | "
             + " | ".join(cells)
             + f" | {verdict} |"
         )
-    measured_knee = knee([(run.completed, run.request_throughput) for _, run in runs])
+    measured_knee = knee([(load(run), run.request_throughput) for _, run in runs])
     lines += [
         "",
-        f"Knee (the smallest burst at 90 % of the sweep's top request throughput): measured at {measured_knee}, "
+        f"Knee (the smallest load at 90 % of the sweep's top request throughput): measured at {measured_knee}, "
         f"simulated at {knee(simulated_runs)}. A figure marked `.` is shown, not judged. Heavy runs in band: "
         f"{passed} of {checked}.",
         "",
@@ -136,19 +158,20 @@ def main() -> None:
     out = ROOT / "docs" / "results" / f"{args.date}-replica-fidelity.md"
     header = f"""# The simulated replica against published vLLM sweeps ({args.date})
 
-Written by `python lab/fidelity.py`. Each sweep is a published set of `vllm bench serve` runs of one server
-(the sources and how the figures were taken: [lab/sweeps/README.md](../../lab/sweeps/README.md)). The replica
-is fitted, as `vllm-autoscaler calibrate` fits it, on the sweep's light and mid-load bursts only, with the
-server's own flags (KV cache from its log, `max_num_batched_tokens` 2048, `max_num_seqs` 256), and then
-predicts the heavy bursts it never saw. Bands: up to about twice the knee, request throughput within 15 % and
-median TPOT within 25 %; far past it, throughput within 25 %, median TPOT and p99 TTFT within 35 %.
+Written by `python lab/fidelity.py`. Each sweep is a published set of `vllm bench serve` runs of one server,
+from two independent sources (the sources and how the figures were taken:
+[lab/sweeps/README.md](../../lab/sweeps/README.md)). The replica is fitted, as `vllm-autoscaler calibrate` fits
+it, on the sweep's light and mid-load runs only, with the server's own flags (KV cache, `max_num_batched_tokens`,
+`max_num_seqs`), and then predicts the heavy runs it never saw. A run's load is its concurrency limit, or for a
+burst without one the requests it sent at once. Bands: up to about twice the knee, request throughput within
+15 % and median TPOT within 25 %; far past it, throughput within 25 %, median TPOT and p99 TTFT within 35 %.
 
 In all: {passed} of {checked} heavy runs in band.
 
-Median TTFT is not judged: in these sweeps the same seeded prompts were sent run after run, and the server's
-log shows prefix-cache hit rates of 20 to 57 %, so light runs' first tokens come from the cache (the fit names
-them and leaves their TTFT out). The built-in replica (Llama-3-70B on four A10G) has no published sweep: its
-parameters are stated from the hardware in `simulations/replica_model.py`.
+Median TTFT is not judged: in the first source's sweeps the same seeded prompts were sent run after run, and the
+server's log shows prefix-cache hit rates of 20 to 57 %, so light runs' first tokens come from the cache (the fit
+names them and leaves their TTFT out). The built-in replica (Llama-3-70B on four A10G) has no published sweep:
+its parameters are stated from the hardware in `simulations/replica_model.py`.
 
 """
     out.write_text(header + "\n".join(sections))
