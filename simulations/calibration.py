@@ -46,8 +46,8 @@ TTFT_STEPS = 100
 """A long run is replayed in coarser steps: ``STEPS_A_RUN`` steps in all, each at most a ``TTFT_STEPS``-th of
 the run's median TTFT (a first token waits for the next step or two) and never under ``STEP_S``. A sweep of
 hour-long runs at concurrency 1 (16k-token prompts, 7 s to a first token, 5,263 s a run) replays in 70 ms steps,
-in under a third of the time; ``tests/test_calibration.py`` holds throughput and median TPOT to 1 % of the 20 ms replay and
-median TTFT to 2 %."""
+in under a third of the time; ``tests/test_calibration.py`` holds throughput and median TPOT to 1 % of the 20 ms
+replay and median TTFT to 2 %."""
 
 
 METRICS = (
