@@ -113,8 +113,9 @@ def section(sweep: Sweep) -> tuple[str, int, int]:
     simulated_runs: list[tuple[int, float]] = []
     for name, run in runs:
         got = simulate_run(model, run).figures
-        simulated_runs.append((load(run), got["request_throughput"]))
-        role = "fit" if load(run) <= sweep.fit_up_to else ("heavy" if load(run) <= sweep.near_up_to else "far past")
+        at = load(run)
+        simulated_runs.append((at, got["request_throughput"]))
+        role = "fit" if at <= sweep.fit_up_to else ("heavy" if at <= sweep.near_up_to else "far past")
         cells = []
         ok = True
         for key in ("request_throughput", "median_tpot_ms", "p99_ttft_ms"):
