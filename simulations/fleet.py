@@ -6,8 +6,8 @@ while the batch has room (``max_num_seqs``) and the KV cache has free blocks for
 prompts are prefilled first come, first served within each engine step's token budget, beside one token
 for every decoding sequence; a sequence's cache grows a block at a time as it decodes, and when the cache
 runs out the newest running request is preempted: its blocks are freed and it waits at the head of the
-queue to be prefilled again, prompt and generated tokens together. The first token comes when the prefill
-completes. The KV-cache usage gauge shows the blocks in use.
+queue to be prefilled again, prompt and generated tokens together. The first token comes when the engine step
+that completes the prefill ends. The KV-cache usage gauge shows the blocks in use.
 
 Running requests live in flat numpy arrays, in their order of admission on each replica, which one
 compiled pass a step advances (``engine.engine_step``); the fleet owns them (``_admit`` and ``_keep`` make
@@ -148,6 +148,8 @@ class Fleet:
         self.r_dec = np.zeros(0)
         self.r_start = np.zeros(0)
         self.r_ctx = np.zeros(0)  # tokens held in the KV cache (blocks are reserved for the prompt on admission)
+        self.r_chunk = np.zeros(0)  # prompt tokens in the engine step under way on its replica
+        self.step_end = np.zeros(0)  # when each replica's engine step under way ends (by index)
         self._kv: np.ndarray | None = None  # ``kv_used()`` until the running requests or their contexts change
         self.prompt_tokens_total = 0.0
         self.generation_tokens_total = 0.0
@@ -189,6 +191,7 @@ class Fleet:
     def _create(self, now: float, ready_at: float) -> None:
         replica = Replica(len(self.replicas), now, ready_at)
         self.replicas.append(replica)
+        self.step_end = np.append(self.step_end, -math.inf)
         self.live.append(replica)
 
     def _remove(self, replica: Replica, at: float) -> None:
@@ -240,7 +243,7 @@ class Fleet:
     def _keep(self, mask: np.ndarray) -> None:
         self.r_rep, self.r_req = self.r_rep[mask], self.r_req[mask]
         self.r_pre, self.r_dec, self.r_start = self.r_pre[mask], self.r_dec[mask], self.r_start[mask]
-        self.r_ctx = self.r_ctx[mask]
+        self.r_ctx, self.r_chunk = self.r_ctx[mask], self.r_chunk[mask]
         self._kv = None
 
     def kv_used(self) -> np.ndarray:
@@ -348,6 +351,7 @@ class Fleet:
         self.r_dec = np.concatenate([self.r_dec, self.to_decode[idx]])
         self.r_start = np.concatenate([self.r_start, start])
         self.r_ctx = np.concatenate([self.r_ctx, self.context[idx]])
+        self.r_chunk = np.concatenate([self.r_chunk, np.zeros(len(idx))])
         self._kv = None
 
     def _reuse_prefix(self, replica: Replica, req: int) -> float:
@@ -418,17 +422,12 @@ class Fleet:
         replica whose cache the new tokens overflow preempts its newest (``_preempt_overflow``)."""
         model = self.model
         done, frac, generated, leaving, kv = engine_step(
-            now, model.step_s, self.r_rep, self.r_pre, self.r_dec, self.r_start, self.r_ctx, len(self.replicas),
-            *self._engine,
+            now, model.step_s, self.r_rep, self.r_pre, self.r_dec, self.r_start, self.r_ctx, self.r_chunk,
+            self.step_end, len(self.replicas), *self._engine,
         )  # fmt: skip
         self.generation_tokens_total += generated
         if len(done):
-            reqs = self.r_req[done]
-            at = np.maximum(
-                now + np.minimum(frac, 1.0) * model.step_s,
-                self.r_start[done] + model.engine_prefill_s(self.to_prefill[reqs]),
-            )
-            self._first_tokens(reqs, at)
+            self._first_tokens(self.r_req[done], now + frac * model.step_s)
         if leaving.any():
             self._leave(leaving, end)
         self._kv = kv

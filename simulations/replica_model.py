@@ -26,11 +26,12 @@ decoding sequence plus chunks of pending prefill, within ``max_num_batched_token
 of every decoding sequence (its prompt and the tokens it has generated). So a sequence alone decodes at
 ``decode_tokens_per_s`` on a short context, and slower in a big batch, on long contexts, or beside a long
 prefill. Pending prefill is served first come, first served: the oldest admitted prompt takes the step's
-room before the next one. A request is admitted while the batch has room (``max_num_seqs``) and the KV cache
-has free blocks for its prompt; its cache then grows a token per output token, and when the cache runs out
-the newest running request is preempted (its blocks freed, recomputed later), as vLLM V1 does. Each
-parameter and how to measure it: ``docs/simulation.md``; ``vllm-autoscaler calibrate`` fits them to
-``vllm bench serve`` results.
+room before the next one. A step's tokens come out when it ends: the prompts it completes have their first
+token together, and a prompt that arrives during a step waits for the next (``simulations/engine.py``). A
+request is admitted while the batch has room (``max_num_seqs``) and the KV cache has free blocks for its
+prompt; its cache then grows a token per output token, and when the cache runs out the newest running
+request is preempted (its blocks freed, recomputed later), as vLLM V1 does. Each parameter and how to
+measure it: ``docs/simulation.md``; ``vllm-autoscaler calibrate`` fits them to ``vllm bench serve`` results.
 * ``prefix_caching`` on, as in vLLM's V1 engine: a replica keeps the KV blocks of the prompts it has
   prefilled, as many as its cache holds (``kv_cache_tokens``), the least recently used going first, and
   prefills only what follows the longest prefix it holds. It matters only for traces that record their
@@ -113,14 +114,15 @@ class ReplicaModel(StrictModel):
 
     @property
     def idle_prefill_tokens_per_s(self) -> float:
-        """The prompt tokens an idle replica prefills a second (``engine_prefill_s`` of one token, inverted):
-        what ``errorBudget.prefillTokensPerSecond`` tells the policy of this replica."""
-        return 1.0 / float(self.engine_prefill_s(np.array(1.0)))
+        """The prompt tokens an idle replica prefills a second in full engine steps (``engine_prefill_s`` of a
+        step's budget, inverted): what ``errorBudget.prefillTokensPerSecond`` tells the policy of this replica."""
+        return self.max_num_batched_tokens / float(self.engine_prefill_s(np.array(float(self.max_num_batched_tokens))))
 
     def engine_prefill_s(self, prompt: np.ndarray) -> np.ndarray:
         """How long an idle engine takes to prefill ``prompt`` tokens: their compute, plus a weight read for
-        every ``max_num_batched_tokens`` chunk (chunked prefill)."""
-        time: np.ndarray = prompt * (1.0 / self.prefill_tokens_per_s + self.weight_read_s / self.max_num_batched_tokens)
+        every engine step of ``max_num_batched_tokens`` it takes (chunked prefill)."""
+        steps = np.ceil(prompt / self.max_num_batched_tokens)
+        time: np.ndarray = steps * self.weight_read_s + prompt / self.prefill_tokens_per_s
         return time
 
     def idle_prefill_s(self, prompt: np.ndarray) -> np.ndarray:

@@ -222,8 +222,8 @@ def builtin_shares(model: ReplicaModel, trace: Trace, slo_ttft: float, slo_targe
     ``mix``: the prompt-token target is half the prefill throughput for requests of the built-in length
     distribution. Other requests sustain other prompt-token rates under the same SLO (the reference, or
     the user's if it is looser): long prompts less (each one's prefill holds up those behind it), prompts
-    with short outputs more (less of the replica goes to decoding). A looser SLO narrows the gap: a
-    4x-prompt hour sustains 0.51 of the built-in rate at 2 s and 0.61 at 3 s. The share is the square
+    with short outputs more (less of the replica goes to decoding): requests of four times the built-in
+    prompts sustain half its prompt-token rate, at 2 s as at 3 s. The share is the square
     root of the trace's rate over the built-in distribution's, less the load test's own spread
     (``MIX_SPREAD``), at most ``MOST_MIX_RATIO``'s root.
     The running target needs no such share: it is already sized for the trace's mean request.

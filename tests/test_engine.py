@@ -1,5 +1,6 @@
-"""One step of the replicas' engines (``simulations.engine``): prompts prefilled first come, first served
-within the step, decoding at the batch's and the context's cost, the same compiled or not."""
+"""The replicas' engines (``simulations.engine``): whole engine steps while prompts wait, each taking one token
+of every decoding sequence and chunks of the prompts first come, first served within its token budget, its
+tokens out when it ends; decoding alone at the batch's and the context's cost; the same compiled or not."""
 
 from __future__ import annotations
 
@@ -11,119 +12,144 @@ from simulations.replica_model import ReplicaModel
 
 MODEL = ReplicaModel()
 DT = 1.0
+W = MODEL.weight_read_s
+FLOPS = MODEL.prefill_tokens_per_s
 BUDGET = float(MODEL.max_num_batched_tokens)
-CONSTANTS = (
-    MODEL.weight_read_s, MODEL.kv_read_s_per_token, MODEL.prefill_tokens_per_s, BUDGET, float(MODEL.kv_block_tokens)
-)  # fmt: skip
+CONSTANTS = (W, MODEL.kv_read_s_per_token, FLOPS, BUDGET, float(MODEL.kv_block_tokens))
 
 
-def _step(
-    rep: list[int], pre: list[float], dec: list[float], start: list[float], ctx: list[float], replicas: int = 1
-) -> tuple[list[int], list[float], float, list[bool], np.ndarray, np.ndarray, np.ndarray]:
-    """``engine_step`` of the built-in replica from 0 for a second: what it returns, then the updated arrays."""
-    arrays = [np.asarray(a, dtype=float) for a in (pre, dec, start, ctx)]
-    done, frac, generated, out, _ = engine_step(
-        0.0, DT, np.asarray(rep, dtype=np.int64), arrays[0], arrays[1], arrays[2], arrays[3], replicas, *CONSTANTS
-    )
-    return done.tolist(), frac.tolist(), generated, out.tolist(), arrays[0], arrays[1], arrays[3]
+class Engine:
+    """Running requests on ``replicas`` replicas, advanced call by call as ``Fleet`` advances them."""
+
+    def __init__(self, rep: list[int], pre: list[float], dec: list[float], start: list[float], replicas: int = 1):
+        self.rep = np.asarray(rep, dtype=np.int64)
+        self.pre, self.dec, self.start = (np.asarray(a, dtype=float) for a in (pre, dec, start))
+        self.ctx = self.pre.copy()
+        self.chunk = np.zeros(len(rep))
+        self.step_end = np.full(replicas, -np.inf)
+        self.replicas = replicas
+        self.first_token = np.full(len(rep), np.nan)
+
+    def call(self, now: float, dt: float = DT, constants: tuple[float, ...] = CONSTANTS) -> tuple[float, list[bool]]:
+        done, frac, generated, out, _ = engine_step(
+            now, dt, self.rep, self.pre, self.dec, self.start, self.ctx, self.chunk, self.step_end, self.replicas,
+            *constants,
+        )  # fmt: skip
+        self.first_token[done] = now + frac * dt
+        return generated, out.tolist()
 
 
-def _prefill_rate(pending: float) -> float:
-    """Prompt tokens a second of a replica that decodes nothing and holds ``pending`` of them: full engine steps
-    of ``BUDGET`` tokens, each a weight read besides their compute; or, if they all fit, all of them."""
-    it_full = DT / (MODEL.weight_read_s + BUDGET / MODEL.prefill_tokens_per_s)
-    it_all = max(DT - pending / MODEL.prefill_tokens_per_s, 0.0) / MODEL.weight_read_s
-    fits = pending / MODEL.prefill_tokens_per_s < DT and pending <= it_all * BUDGET + 1e-9
-    return max(pending, it_full * BUDGET) if fits else min(it_full * BUDGET, pending)
+def test_prompts_sent_together_have_their_first_token_together_when_the_step_ends() -> None:
+    """Four prompts of 16,384 tokens at 2,400 tokens a second in a budget of 65,536 (the docstring's example):
+    one step, not four prompts one after another."""
+    constants = (0.03, 0.0, 2400.0, 65_536.0, 16.0)
+    engine = Engine([0] * 4, [16_384.0] * 4, [100.0] * 4, [0.0] * 4)
+    for now in range(0, 40, 5):
+        engine.call(float(now), 5.0, constants)
+    assert engine.first_token.tolist() == pytest.approx([0.03 + 65_536 / 2400] * 4)
 
 
-def _in_order_by_loop(
-    rep: np.ndarray, pre: np.ndarray, start: np.ndarray, rate: dict[int, float]
-) -> tuple[list[float], list[float]]:
-    """First come, first served one prompt after another: each starts when it is admitted and the one before it
-    on its replica is done, at its replica's ``rate``; what each receives, and when it finishes (2.0 if not)."""
-    received, frac = [0.0] * len(pre), [2.0] * len(pre)
-    free_at: dict[int, float] = {}
-    for k in range(len(pre)):
-        r = int(rep[k])
-        begin = max(float(start[k]), free_at.get(r, 0.0))
-        finish = begin + float(pre[k]) / rate[r]
-        free_at[r] = finish
-        if finish <= 1.0 + 1e-12:
-            received[k], frac[k] = float(pre[k]), finish
-        else:
-            received[k] = min(max(1.0 - begin, 0.0) * rate[r], float(pre[k]))
-    return received, frac
+def test_prompts_are_chunked_first_come_first_served_within_the_budget() -> None:
+    """Prompts of 300, 200 and 3,000 tokens on an idle built-in replica (2,048 tokens a step): the first step
+    holds the first two and 1,548 of the third, and ends after a weight read and 2,048 tokens' compute; the
+    next holds the two now decoding and the third's 1,452 tokens left."""
+    engine = Engine([0, 0, 0], [300.0, 200.0, 3000.0], [10.0] * 3, [0.0] * 3)
+    first_end = W + 2048 / FLOPS
+    engine.call(0.0)
+    engine.call(1.0)
+    assert np.isnan(engine.first_token).all() and engine.pre.tolist() == [300.0, 200.0, 3000.0]
+    generated, _ = engine.call(2.0)
+    assert engine.first_token[:2].tolist() == pytest.approx([first_end] * 2) and np.isnan(engine.first_token[2])
+    assert engine.pre.tolist() == pytest.approx([0.0, 0.0, 1452.0]) and generated == 0.0
+    second = W + MODEL.kv_read_s_per_token * 500 + (2 + 1452) / FLOPS
+    engine.call(2.0 + DT, first_end + second - 2.0 - DT)  # to the second step's end
+    assert engine.first_token[2] == pytest.approx(first_end + second)
+    assert engine.dec.tolist() == pytest.approx([9.0, 9.0, 10.0])  # a token each from the second step
 
 
-def test_prompts_are_prefilled_first_come_first_served() -> None:
-    """Three prompts of 300, 200 and 3,000 tokens on an idle replica: the first finishes at 300 / rate of the
-    step, the second after it at 500 / rate, the third takes the rest of the step and is not done."""
-    prompts = [300.0, 200.0, 3000.0]
-    done, frac, generated, out, pre, _, _ = _step([0, 0, 0], prompts, [10, 10, 10], [0, 0, 0], prompts)
-    rate = _prefill_rate(3500.0)
-    assert done == [0, 1] and frac == pytest.approx([300 / rate, 500 / rate])
-    assert pre.tolist() == pytest.approx([0.0, 0.0, 3000 - (rate - 500)])
-    assert generated == 0.0 and out == [False, False, False]  # a prompt in prefill at the step's start decodes later
+def test_a_prompt_that_arrives_during_a_step_waits_for_the_next() -> None:
+    engine = Engine([0, 0], [1000.0, 100.0], [1.0, 1.0], [0.0, 0.5])
+    for now in range(3):
+        engine.call(float(now))
+    first_end = W + 1000 / FLOPS
+    second = W + MODEL.kv_read_s_per_token * 1000 + (1 + 100) / FLOPS  # the first decodes in it, reading its cache
+    assert engine.first_token.tolist() == pytest.approx([first_end, first_end + second])
 
 
-def test_a_prompt_that_does_not_finish_holds_back_those_after_it() -> None:
-    done, _, _, _, pre, _, _ = _step([0, 0], [50_000, 10], [1, 1], [0, 0], [50_000, 10])
-    assert done == [] and pre[1] == 10.0 and 50_000 - pre[0] == pytest.approx(_prefill_rate(50_010.0))
-
-
-def test_a_prompt_admitted_inside_the_step_starts_then() -> None:
-    done, frac, *_ = _step([0], [100], [1], [0.5], [100])
-    assert done == [0] and frac[0] == pytest.approx(0.5 + 100 / _prefill_rate(100.0))
-
-
-def test_decoding_costs_a_weight_read_the_batch_and_the_context_read() -> None:
+def test_decoding_alone_costs_a_weight_read_the_batch_and_the_context_read() -> None:
     """Two sequences of 1,000 and 3,000 cached tokens decode ``1 / (weights + 2 / flops + kv x 4,000)`` tokens
     each in a second; one with a single token left generates it and is out."""
-    done, _, generated, out, _, dec, ctx = _step([0, 0, 0], [0, 0, 0], [500, 500, 1], [0, 0, 0], [1000, 3000, 10])
-    iterations = DT / (MODEL.weight_read_s + 3 / MODEL.prefill_tokens_per_s + MODEL.kv_read_s_per_token * 4010)
-    assert done == [] and out == [False, False, True]
-    assert dec.tolist() == pytest.approx([500 - iterations, 500 - iterations, 0.0])
-    assert ctx.tolist() == pytest.approx([1000 + iterations, 3000 + iterations, 11.0])
+    engine = Engine([0, 0, 0], [0.0] * 3, [500.0, 500.0, 1.0], [0.0] * 3)
+    engine.ctx[:] = [1000.0, 3000.0, 10.0]
+    generated, out = engine.call(0.0)
+    iterations = DT / (W + 3 / FLOPS + MODEL.kv_read_s_per_token * 4010)
+    assert out == [False, False, True]
+    assert engine.dec.tolist() == pytest.approx([500 - iterations, 500 - iterations, 0.0])
+    assert engine.ctx.tolist() == pytest.approx([1000 + iterations, 3000 + iterations, 11.0])
     assert generated == pytest.approx(2 * iterations + 1)
 
 
 def test_the_cache_held_is_the_blocks_of_those_that_stay() -> None:
-    """What ``Fleet.kv_used`` works out after the step: whole blocks of the requests that did not finish."""
+    """What ``Fleet.kv_used`` works out after the call: whole blocks of the requests that did not finish (the
+    second replica's step, a 3,000-token prompt's first chunk, is still under way)."""
     rep = np.array([0, 0, 1, 1])
     ctx = np.array([1000.0, 17.0, 5.0, 40.0])
     _, _, _, out, kv = engine_step(
-        0.0,
-        DT,
-        rep,
-        np.array([0.0, 0.0, 30.0, 0.0]),
-        np.array([100.0, 0.5, 3.0, 100.0]),
-        np.zeros(4),
-        ctx,
-        3,
-        *CONSTANTS,
-    )
+        0.0, DT, rep, np.array([0.0, 0.0, 3000.0, 0.0]), np.array([100.0, 0.5, 3.0, 100.0]), np.zeros(4), ctx,
+        np.zeros(4), np.full(3, -np.inf), 3, *CONSTANTS,
+    )  # fmt: skip
     assert out.tolist() == [False, True, False, False]  # half a token left: it is out
     assert kv.tolist() == pytest.approx(
         [float(MODEL.blocks(ctx[:1]).sum()), 16.0 + float(MODEL.blocks(ctx[3:]).sum()), 0]
     )
 
 
-def test_prefill_in_order_agrees_with_a_loop() -> None:
-    """Replicas that decode nothing, with prompts of every size, some admitted inside the step."""
+def _steps_by_loop(rep: np.ndarray, pre: np.ndarray, start: np.ndarray, replicas: int) -> np.ndarray:
+    """Each prompt's first token when nothing decodes, one engine step after another on each replica: a step
+    starts when the last ends (or the next prompt arrives), takes the prompts admitted by then first come, first
+    served within the budget, and ends after a weight read and its tokens' compute."""
+    first = np.full(len(pre), np.nan)
+    for r in range(replicas):
+        mine = [k for k in range(len(pre)) if rep[k] == r]
+        left = {k: float(pre[k]) for k in mine}
+        t = 0.0
+        while left:
+            ready = [k for k in mine if k in left and start[k] <= t]
+            if not ready:
+                t = min(float(start[k]) for k in left)
+                continue
+            room, chunks = BUDGET, {}
+            for k in ready:
+                if room <= 0:
+                    break
+                chunks[k] = min(left[k], room)
+                room -= chunks[k]
+            t += W + sum(chunks.values()) / FLOPS
+            for k, c in chunks.items():
+                left[k] -= c
+                if left[k] <= 1e-9:
+                    del left[k]
+                    first[k] = t
+    return first
+
+
+def test_prefill_in_steps_agrees_with_a_loop() -> None:
+    """Replicas that decode nothing (one-token outputs), with prompts of every size arriving over ten seconds,
+    advanced in calls of every length."""
     rng = np.random.default_rng(7)
-    for _ in range(300):
-        n, replicas = int(rng.integers(1, 60)), int(rng.integers(1, 8))
+    for _ in range(100):
+        n, replicas = int(rng.integers(1, 40)), int(rng.integers(1, 6))
         rep = rng.integers(0, replicas, n)
-        pre = rng.choice([0.5, 1.0, 2.0, 5.0], n) if rng.random() < 0.3 else rng.exponential(300.0, n) + 0.01
-        start = np.where(rng.random(n) < 0.5, 0.0, rng.random(n))
-        rate = {r: _prefill_rate(float(pre[rep == r].sum())) for r in range(replicas)}
-        expected_received, expected_frac = _in_order_by_loop(rep, pre, start, rate)
-        prompts = pre.tolist()
-        done, frac, _, _, left, _, _ = _step(rep.tolist(), prompts, [1.0] * n, start.tolist(), prompts, replicas)
-        assert (pre - left).tolist() == pytest.approx(expected_received, abs=1e-6)
-        finished = [k for k in range(n) if expected_frac[k] <= 1.0 + 1e-12]
-        assert done == finished and frac == pytest.approx([expected_frac[k] for k in finished], abs=1e-9)
+        pre = rng.choice([1.0, 5.0, 2048.0], n) if rng.random() < 0.3 else rng.exponential(1500.0, n) + 1.0
+        start = np.sort(np.where(rng.random(n) < 0.3, 0.0, rng.random(n) * 10.0))
+        expected = _steps_by_loop(rep, pre, start, replicas)
+        engine = Engine(rep.tolist(), pre.tolist(), [0.0] * n, start.tolist(), replicas)
+        now = 0.0
+        while np.isnan(engine.first_token).any():
+            dt = float(rng.choice([0.02, 0.3, 1.0, 4.0]))
+            engine.call(now, dt)
+            now += dt
+        assert engine.first_token == pytest.approx(expected, abs=1e-9)
 
 
 @pytest.mark.skipif(not COMPILED, reason="numba is not installed: only the interpreted step runs")
@@ -134,11 +160,13 @@ def test_the_compiled_step_is_the_interpreted_one() -> None:
     for _ in range(50):
         n, replicas = int(rng.integers(1, 400)), int(rng.integers(1, 30))
         args = [
-            np.sort(rng.integers(0, replicas, n)),
+            rng.integers(0, replicas, n),
             np.where(rng.random(n) < 0.3, rng.exponential(800.0, n), 0.0),
             rng.exponential(200.0, n),
             rng.random(n) * 1.2,
             rng.exponential(2000.0, n),
+            np.zeros(n),
+            np.where(rng.random(replicas) < 0.5, rng.random(replicas) * 2.0, -np.inf),
         ]
         outcomes = []
         for step in (engine_step, engine_step.__wrapped__):
@@ -165,7 +193,7 @@ def test_without_a_writable_cache_the_step_is_compiled_all_the_same(monkeypatch:
 
     monkeypatch.setattr(numba, "njit", nowhere_to_cache)
     step = _compiled(engine_step.__wrapped__)
-    done, *_ = step(0.0, DT, np.array([0]), np.array([100.0]), np.array([1.0]), np.zeros(1), np.array([100.0]), 1,
-                    *CONSTANTS)  # fmt: skip
+    done, *_ = step(0.0, 5.0, np.array([0]), np.array([100.0]), np.array([1.0]), np.zeros(1), np.array([100.0]),
+                    np.zeros(1), np.full(1, -np.inf), 1, *CONSTANTS)  # fmt: skip
     held = dict(zip(step.__code__.co_freevars, (cell.cell_contents for cell in step.__closure__ or ()), strict=True))
     assert done.tolist() == [0] and type(held["dispatcher"]).__name__ == "CPUDispatcher"  # compiled, uncached

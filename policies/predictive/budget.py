@@ -7,7 +7,8 @@ can: with the prompt-token counter, a minute's
 
     mean beyond prefill = (rate(ttft _sum) - rate(prompt tokens) / idle prefill speed) / rate(ttft _count)
 
-is exact when own prefill is linear in the prompt, as the simulator's is (``ReplicaModel.idle_prefill_s``).
+is exact when own prefill is linear in the prompt; the simulator's is to within an engine step's weight read
+(``ReplicaModel.idle_prefill_s``).
 
 The share of that minute's first tokens beyond the SLO ``S`` is then read from ``x = m / S`` as the sum of two
 parts (``miss_share``):
