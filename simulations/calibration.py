@@ -6,12 +6,11 @@ lengths, sent at its request rate (all at once for ``inf``) by a client that kee
 the weight read of an engine step, the KV-cache read per token and the fixed per-request overhead) from
 the files it is given:
 
-1. A starting point: a least-squares fit of the engine-step cost to each run's median TPOT. With ``C``
-   requests in flight (Little's law: throughput x mean latency), prompts of ``I`` and outputs of ``O``
-   tokens, a decoding sequence waits ``w + C / P + k C (I + O / 2)`` a token, plus the prefill of the
-   ``C - 1`` prompts that start during its ``O - 1`` tokens, ``(C - 1) I / (P (O - 1))``.
+1. A starting point from the summaries (``_closed_form``): the prefill speed from the runs' p99 TTFT, and
+   the step's weight read and cost per sequence from their median ITL, an engine step that mostly decodes
+   ``C`` sequences of prompts of ``I`` and outputs of ``O`` tokens: ``w + C / P + k C (I + O / 2)``.
 2. From there, the step's three costs that make the simulated replica closest to the files' throughput and
-   median TPOT (squared log ratios, a simplex search): the closed form misses how prompts queue behind one
+   median TPOT (squared log ratios, a simplex search): the start misses how prompts queue behind one
    another, which the simulator's own schedule has.
 3. A run whose median TTFT is below half what those costs give its prompts was served from a warm prefix
    cache (``vllm bench serve`` first sends one of the benchmark's own prompts as a test; a sweep that sends
@@ -48,6 +47,12 @@ the run's median TTFT (a first token waits for the next step or two) and never u
 hour-long runs at concurrency 1 (16k-token prompts, 7 s to a first token, 5,263 s a run) replays in 70 ms steps,
 in under a third of the time; ``tests/test_calibration.py`` holds throughput and median TPOT to 1 % of the 20 ms
 replay and median TTFT to 2 %."""
+
+
+SEND_GAP_S = 0.001
+"""``vllm bench serve`` sends the requests it has ready one after another, about a millisecond apart (the second
+source's per-request lists in ``lab/sweeps/README.md``: three prompts sent together differ by 0.7 and 2.6 ms). An
+idle engine starts a step with the first that reaches it; the others wait for the next."""
 
 
 METRICS = (
@@ -168,7 +173,9 @@ class Summary:
 def simulate_run(model: ReplicaModel, run: BenchRun, seed: int = 0) -> Summary:
     """``run`` replayed on one simulated replica: its requests sent at its rate (a gamma process of its
     burstiness, as ``vllm bench serve`` sends them; all at once for ``inf``), at most ``max_concurrency`` in
-    flight, each sent as soon as both its time and a free slot have come."""
+    flight, each sent as soon as its time and a free slot have come and ``SEND_GAP_S`` after the one before.
+    ``vllm bench serve`` first sends the run's first prompt as a test, so with prefix caching on (vLLM V1's
+    default) the first request finds its prompt in the cache and computes only its last block."""
     prompt, output = run.lengths()
     n = len(prompt)
     if math.isinf(run.request_rate):
@@ -180,10 +187,14 @@ def simulate_run(model: ReplicaModel, run: BenchRun, seed: int = 0) -> Summary:
     arrival = np.full(n, math.inf)
     step_s = max(STEP_S, min(run.duration / STEPS_A_RUN, run.median_ttft_ms / 1e3 / TTFT_STEPS))
     fleet = Fleet(model.model_copy(update={"step_s": step_s}), Trace("bench", arrival, prompt, output), 1)
+    if model.prefix_caching:  # the benchmark's test request left its first prompt in the cache: a block is computed
+        fleet.computed[0] = fleet.to_prefill[0] = min(float(prompt[0]), float(model.kv_block_tokens))
     sent, now = 0, 0.0
+    sent_at = -math.inf
     while fleet.left < n:
         while sent < n and schedule[sent] <= now + step_s and sent - fleet.left < limit:
-            fleet.release(sent, max(float(schedule[sent]), now))
+            sent_at = max(float(schedule[sent]), now, sent_at + SEND_GAP_S)
+            fleet.release(sent, sent_at)
             sent += 1
         fleet.step(now)
         now += step_s
@@ -215,32 +226,42 @@ class Fit:
 
 
 def _closed_form(runs: list[tuple[str, BenchRun]]) -> tuple[float, float, float, float]:
-    """Step 1 of the fit: ``(w, 1 / P, k)`` by least squares on the median TPOT's relative errors, and the
-    overhead to start from (it is fitted to TTFT later)."""
-    rows: list[list[float]] = []
-    concurrencies: set[int] = set()
+    """Step 1 of the fit: a start for ``(w, 1 / P, k)`` and the overhead from the summaries alone.
+
+    ``1 / P`` is the slope of the runs' p99 TTFT over the prompt tokens their load holds at once (its concurrency
+    limit, or a burst's requests): the last of them waits for all to be prefilled; the intercept is the overhead
+    and a step's weight read. The
+    median ITL, an engine step that mostly decodes, gives the rest by least squares over the loads ``C``:
+    ``w + C (1 / P + k (I + O / 2))``, ``k`` being what the slope leaves beyond ``1 / P``. Example: concurrency 1,
+    2, 4 and 8 of 16,384-token prompts (``lab/sweeps/``) give 2,411 tokens a second, and their median ITLs of 34.2
+    to 40.1 ms a step of 33.5 ms and 0.84 ms a sequence, 25 ns a token; the overhead 0.23 s.
+    """
+    loads: list[float] = []
+    queued: list[float] = []
+    ttfts: list[float] = []
+    itls: list[float] = []
+    context = 0.0
     for _, run in runs:
         prompt, output = run.lengths()
-        i, o = float(prompt.mean()), float(output.mean())
-        c = max(run.in_flight, 1.0)
-        if o > 1 and run.median_tpot_ms > 0:
-            tpot = run.median_tpot_ms / 1e3
-            rows.append([1.0 / tpot, (c + (c - 1.0) * i / (o - 1.0)) / tpot, c * (i + o / 2.0) / tpot])
-            concurrencies.add(round(c))
-    if len(concurrencies) < 2:
+        load = float(min(run.max_concurrency or run.completed, run.completed))
+        loads.append(load)
+        queued.append(load * float(prompt.mean()))
+        ttfts.append(run.p99_ttft_ms / 1e3)
+        itls.append(run.median_itl_ms / 1e3)
+        context = max(context, float(prompt.mean()) + float(output.mean()) / 2.0)
+    if len(set(loads)) < 2:
         raise CalibrationError(
             "the runs cannot separate an engine step's fixed cost from its cost per sequence: give results at two "
             "or more concurrencies (--max-concurrency 1, 8, 32, ...)"
         )
-    a = np.array(rows)
-    solution = np.linalg.lstsq(a, np.ones(len(rows)), rcond=None)[0]
-    if solution[2] < 0:  # a KV read below 0 is 0
-        solution = np.append(np.linalg.lstsq(a[:, :2], np.ones(len(rows)), rcond=None)[0], 0.0)
-    w, inv_p, k = (float(x) for x in solution)
-    if w <= 0 or inv_p <= 0:  # runs unlike a steady closed loop (bursts): start from the lightest TPOT instead
-        lightest = min(run.median_tpot_ms for _, run in runs if run.median_tpot_ms > 0) / 1e3
-        return 0.8 * lightest, 1e-4, 1e-8, 0.03
-    return w, inv_p, k, 0.01
+    inv_p, fixed = (float(x) for x in np.polyfit(queued, ttfts, 1))
+    if inv_p <= 0:  # warm runs hide the slope: the coldest run's own speed
+        inv_p, fixed = max(t / q for t, q in zip(ttfts, queued, strict=True)), 0.0
+    slope, w = (float(x) for x in np.polyfit(loads, itls, 1))
+    if w <= 0:
+        w = 0.8 * min(itls)
+    k = max((slope - inv_p) / max(context, 1.0), 1e-10)
+    return w, max(inv_p, 1e-6), k, max(fixed - w, 0.01)
 
 
 def _model(base: ReplicaModel, w: float, inv_p: float, k: float, overhead: float) -> ReplicaModel:

@@ -28,7 +28,8 @@ SWEEPS = Path(__file__).resolve().parents[1] / "lab" / "sweeps"
 
 def _result(concurrency: int, model: ReplicaModel = TRUTH, prompt: int = 1024, output: int = 128) -> dict[str, Any]:
     """A result file as ``vllm bench serve --save-result`` writes it, for a closed loop of ``concurrency``
-    requests on ``model``: the figures are the simulated replica's own."""
+    requests on ``model``: the figures are the simulated replica's own, its inter-token latencies its TPOT (the
+    simulator times no single token)."""
     n = 4 * concurrency
     data: dict[str, Any] = {
         "request_rate": "inf",
@@ -44,6 +45,7 @@ def _result(concurrency: int, model: ReplicaModel = TRUTH, prompt: int = 1024, o
     }
     figures = simulate_run(model, BenchRun.model_validate(data)).figures
     data.update(figures, duration=n / figures["request_throughput"])
+    data.update({f"{stat}_itl_ms": figures[f"{stat}_tpot_ms"] for stat in ("mean", "median")})
     return data
 
 
@@ -74,6 +76,22 @@ def test_a_long_run_is_replayed_in_coarser_steps_to_the_same_figures(monkeypatch
     fine = simulate_run(slow, run).figures
     for key, within in (("request_throughput", 0.01), ("median_tpot_ms", 0.01), ("median_ttft_ms", 0.02)):
         assert coarse[key] == pytest.approx(fine[key], rel=within), key
+
+
+def test_the_first_request_is_warm_and_a_burst_reaches_the_engine_one_request_after_another() -> None:
+    """Two 16k-token prompts sent at once, as ``vllm bench serve`` sends them: its test request left the first
+    prompt in the cache, so the first computes a block in a step of its own, and the second, a millisecond
+    behind, waits for that step and is prefilled in the next. (Were both cold, or sent at the same instant,
+    one step would give both their first token together.)"""
+    model = ReplicaModel(kv_cache_tokens=1_000_000, max_num_batched_tokens=65_536, prefill_tokens_per_s=2400.0,
+                         decode_tokens_per_s=30.0, request_overhead_s=0.2)  # fmt: skip
+    data = _result(2, model, prompt=16_384, output=64)
+    data.update(completed=2, total_input_tokens=2 * 16_384, total_output_tokens=2 * 64)
+    data.update(simulate_run(model, BenchRun.model_validate(data)).figures)
+    first = model.request_overhead_s + model.weight_read_s + 16 / model.prefill_tokens_per_s
+    second = first + model.weight_read_s + 16_385 / model.prefill_tokens_per_s  # beside the first's decoding
+    assert data["p99_ttft_ms"] / 1e3 == pytest.approx(second, rel=0.02)
+    assert data["median_ttft_ms"] / 1e3 == pytest.approx((first + second) / 2, rel=0.02)
 
 
 def test_a_warm_prefix_cache_is_named_and_left_out() -> None:
