@@ -105,64 +105,60 @@ def engine_step(
         first, last = count[r], count[r + 1]
         t = now
         while t < end:
-            if step_end[r] > t:  # a step under way: its tokens come out when it ends
-                if step_end[r] > end:
-                    break
-                t = step_end[r]
-                for j in range(first, last):
-                    k = mine[j]
-                    if chunk[k] > 0.0:
-                        pre[k] = max(pre[k] - chunk[k], 0.0)
-                        chunk[k] = 0.0
-                        if pre[k] <= 1e-9:
-                            pre[k] = 0.0
-                            out[k] = dec[k] <= 1e-9
-                            done[completed] = k
-                            frac[completed] = (t - now) / dt
-                            completed += 1
-                    elif pre[k] <= 0.0 and not out[k]:  # decoding since before the step
-                        token = min(1.0, dec[k])
-                        dec[k] -= token
-                        ctx[k] += token
-                        generated += token
-                        out[k] = dec[k] <= 1e-9
-                continue
-            batch = 0.0
-            context = 0.0
-            for j in range(first, last):
-                k = mine[j]
-                if pre[k] <= 0.0 and not out[k]:
-                    batch += 1.0
-                    context += ctx[k]
-            cost = weight_read_s + kv_read_s_per_token * context + batch / flops
-            room = budget - batch
-            prompts = 0.0
-            arrives = end
-            for j in range(first, last):
-                k = mine[j]
-                if pre[k] <= 0.0:
-                    continue
-                if start[k] > t:
-                    arrives = min(arrives, start[k])
-                elif room > 0.0:
-                    chunk[k] = min(pre[k], room)
-                    room -= chunk[k]
-                    prompts += chunk[k]
-            if prompts > 0.0:
-                step_end[r] = t + cost + prompts / flops
-                continue
-            # Decoding alone until the next prompt is admitted or the call ends.
-            if batch > 0.0:
-                steps = (arrives - t) / cost
+            ending = step_end[r] > t  # a step under way: its tokens come out when it ends
+            if ending and step_end[r] > end:
+                break
+            if ending:
+                steps, until = 1.0, step_end[r]
+            else:
+                batch = 0.0
+                context = 0.0
                 for j in range(first, last):
                     k = mine[j]
                     if pre[k] <= 0.0 and not out[k]:
-                        token = min(steps, dec[k])
-                        dec[k] -= token
-                        ctx[k] += token
-                        generated += token
+                        batch += 1.0
+                        context += ctx[k]
+                cost = weight_read_s + kv_read_s_per_token * context + batch / flops
+                room = budget - batch
+                prompts = 0.0
+                arrives = end
+                for j in range(first, last):
+                    k = mine[j]
+                    if pre[k] <= 0.0:
+                        continue
+                    if start[k] > t:
+                        arrives = min(arrives, start[k])
+                    elif room > 0.0:
+                        chunk[k] = min(pre[k], room)
+                        room -= chunk[k]
+                        prompts += chunk[k]
+                if prompts > 0.0:
+                    step_end[r] = t + cost + prompts / flops
+                    continue
+                # Decoding alone until the next prompt is admitted or the call ends.
+                steps, until = (arrives - t) / cost, arrives
+            for j in range(first, last):  # the decoding sequences: a token a step
+                k = mine[j]
+                if pre[k] <= 0.0 and not out[k]:
+                    token = min(steps, dec[k])
+                    dec[k] -= token
+                    ctx[k] += token
+                    generated += token
+                    out[k] = dec[k] <= 1e-9
+            t = until
+            if not ending:
+                continue
+            for j in range(first, last):  # the step's chunks: the prompts it completes have their first token
+                k = mine[j]
+                if chunk[k] > 0.0:
+                    pre[k] = max(pre[k] - chunk[k], 0.0)
+                    chunk[k] = 0.0
+                    if pre[k] <= 1e-9:
+                        pre[k] = 0.0
                         out[k] = dec[k] <= 1e-9
-            t = arrives
+                        done[completed] = k
+                        frac[completed] = (t - now) / dt
+                        completed += 1
     kv = np.zeros(replicas)
     for k in range(n):
         if not out[k]:
