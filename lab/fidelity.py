@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulations.calibration import BenchRun, fit, load_run, simulate_run
+from simulations.calibration import BenchRun, fit, load_run, simulate_run, with_step_costs
 from simulations.replica_model import ReplicaModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,11 +36,6 @@ class Sweep:
     # The prefill speed the source's heavy runs show once the server is hot, where it differs from the light
     # runs' (``lab/sweeps/README.md``): the report shows the fitted replica at that speed too, not counted.
     hot_prefill_tokens_per_s: float | None = None
-
-
-def load(run: BenchRun) -> int:
-    """A run's load: its concurrency limit, or for a burst without one the requests it sent at once."""
-    return run.max_concurrency or run.completed
 
 
 SWEEPS = (
@@ -95,7 +90,7 @@ def section(sweep: Sweep) -> tuple[str, int, int]:
         gpus_per_replica=sweep.gpus,
     )
     started = time.monotonic()
-    fitted = fit([(name, run) for name, run in runs if load(run) <= sweep.fit_up_to], base)
+    fitted = fit([(name, run) for name, run in runs if run.load <= sweep.fit_up_to], base)
     elapsed = time.monotonic() - started
     model = fitted.model
     lines = [
@@ -109,7 +104,7 @@ def section(sweep: Sweep) -> tuple[str, int, int]:
     ]
     lines += [f"- warning: {warning}" for warning in fitted.warnings]
     table, passed, checked, simulated_runs = rows(model, runs, sweep)
-    measured_knee = knee([(load(run), run.request_throughput) for _, run in runs])
+    measured_knee = knee([(run.load, run.request_throughput) for _, run in runs])
     lines += [
         "",
         *table,
@@ -121,8 +116,8 @@ def section(sweep: Sweep) -> tuple[str, int, int]:
     ]
     if sweep.hot_prefill_tokens_per_s:
         hot_p = sweep.hot_prefill_tokens_per_s
-        hot = model.model_copy(
-            update={"prefill_tokens_per_s": hot_p, "decode_tokens_per_s": 1.0 / (model.weight_read_s + 1.0 / hot_p)}
+        hot = with_step_costs(
+            model, model.weight_read_s, 1.0 / hot_p, model.kv_read_s_per_token, model.request_overhead_s
         )
         table, hot_passed, _, _ = rows(hot, runs, sweep)
         lines += [
@@ -150,7 +145,7 @@ def rows(
     simulated_runs: list[tuple[int, float]] = []
     for name, run in runs:
         got = simulate_run(model, run).figures
-        at = load(run)
+        at = run.load
         simulated_runs.append((at, got["request_throughput"]))
         role = "fit" if at <= sweep.fit_up_to else ("heavy" if at <= sweep.near_up_to else "far past")
         cells = []

@@ -118,6 +118,12 @@ class BenchRun(BaseModel):
         return np.full(n, self.total_input_tokens / n), np.full(n, max(self.total_output_tokens / n, 1.0))
 
     @property
+    def load(self) -> int:
+        """The requests the run holds at once at most: its concurrency limit, or for a burst without one (or a
+        limit above what it sent) the requests it served."""
+        return min(self.max_concurrency or self.completed, self.completed)
+
+    @property
     def in_flight(self) -> float:
         """The requests in flight on average (Little's law: throughput times mean latency)."""
         _, output = self.lengths()
@@ -230,8 +236,8 @@ def _closed_form(runs: list[tuple[str, BenchRun]]) -> tuple[float, float, float,
 
     ``1 / P`` is the slope of the runs' p99 TTFT over the prompt tokens their load holds at once (its concurrency
     limit, or a burst's requests): the last of them waits for all to be prefilled; the intercept is the overhead
-    and a step's weight read. The
-    median ITL, an engine step that mostly decodes, gives the rest by least squares over the loads ``C``:
+    and a step's weight read. The median ITL, an engine step that mostly decodes, gives the rest by least squares
+    over the loads ``C``:
     ``w + C (1 / P + k (I + O / 2))``, ``k`` being what the slope leaves beyond ``1 / P``. Example: concurrency 1,
     2, 4 and 8 of 16,384-token prompts (``lab/sweeps/``) give 2,411 tokens a second, and their median ITLs of 34.2
     to 40.1 ms a step of 33.5 ms and 0.84 ms a sequence, 25 ns a token; the overhead 0.23 s.
@@ -243,9 +249,8 @@ def _closed_form(runs: list[tuple[str, BenchRun]]) -> tuple[float, float, float,
     context = 0.0
     for _, run in runs:
         prompt, output = run.lengths()
-        load = float(min(run.max_concurrency or run.completed, run.completed))
-        loads.append(load)
-        queued.append(load * float(prompt.mean()))
+        loads.append(float(run.load))
+        queued.append(run.load * float(prompt.mean()))
         ttfts.append(run.p99_ttft_ms / 1e3)
         itls.append(run.median_itl_ms / 1e3)
         context = max(context, float(prompt.mean()) + float(output.mean()) / 2.0)
@@ -264,7 +269,9 @@ def _closed_form(runs: list[tuple[str, BenchRun]]) -> tuple[float, float, float,
     return w, max(inv_p, 1e-6), k, max(fixed - w, 0.01)
 
 
-def _model(base: ReplicaModel, w: float, inv_p: float, k: float, overhead: float) -> ReplicaModel:
+def with_step_costs(base: ReplicaModel, w: float, inv_p: float, k: float, overhead: float) -> ReplicaModel:
+    """``base`` with a step's weight read ``w``, prefill ``1 / inv_p`` tokens a second, KV read ``k`` a token and
+    ``overhead`` a request: its decode speed alone is ``1 / (w + 1 / P)``."""
     return base.model_copy(
         update={
             "prefill_tokens_per_s": 1.0 / inv_p,
@@ -352,7 +359,7 @@ def fit(runs: list[tuple[str, BenchRun]], base: ReplicaModel, iterations: int = 
     def model_at(x: np.ndarray, fixed_overhead: float | None = None) -> ReplicaModel:
         values = [float(v) for v in np.exp(x)]
         overhead = fixed_overhead if fixed_overhead is not None else values[3]
-        return _model(base, values[0], values[1], values[2], overhead)
+        return with_step_costs(base, values[0], values[1], values[2], overhead)
 
     start = np.log([w, inv_p, max(k, 1e-9)])
     steps = _nelder_mead(lambda x: _error(model_at(x, overhead), runs, everyone), start, 0.3, iterations)
@@ -388,7 +395,7 @@ def fit(runs: list[tuple[str, BenchRun]], base: ReplicaModel, iterations: int = 
     w, inv_p, k, overhead = (float(v) for v in np.exp(best))
     k = 0.0 if k < 1e-11 else k
     overhead = 0.0 if overhead < OVERHEAD_FLOOR else overhead
-    return Fit(_model(base, w, inv_p, k, overhead), warnings)
+    return Fit(with_step_costs(base, w, inv_p, k, overhead), warnings)
 
 
 def compare_rows(model: ReplicaModel, runs: list[tuple[str, BenchRun]]) -> list[dict[str, Any]]:

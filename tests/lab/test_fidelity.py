@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.fidelity import SWEEPS, knee, load
+from lab.fidelity import SWEEPS, knee
 from simulations.calibration import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 )
 def test_a_runs_load_and_the_knee_are_read_from_the_files(folder: str, knee_at: int, loads: list[int]) -> None:
     runs = [load_run(str(path)) for path in sorted((ROOT / "lab" / "sweeps" / folder).glob("*.json"))]
-    assert [load(run) for run in runs] == loads
-    assert knee([(load(run), run.request_throughput) for run in runs]) == knee_at
+    assert [run.load for run in runs] == loads
+    assert knee([(run.load, run.request_throughput) for run in runs]) == knee_at
 
 
 def test_every_sweep_fits_below_the_runs_it_judges() -> None:
