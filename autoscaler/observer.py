@@ -27,9 +27,9 @@ from autoscaler.metrics.queries import (
     batch_key,
     batched_query,
     freshness_query,
+    histogram_reading,
     metric_queries,
     pod_owners,
-    quantile_of,
 )
 from autoscaler.metrics.source import Failure, MetricSource, QueryResult, VectorResult
 from policies.activation import replica_activity
@@ -236,7 +236,7 @@ class Observer:
     def _aggregate(
         workload: Workload, name: str, mine: list[tuple[dict[str, str], float]], vector: VectorResult
     ) -> QueryResult:
-        value = aggregate(name, mine, quantile_of(name, workload))
+        value = aggregate(name, mine, histogram_reading(name, workload))
         if value is None:
             detail = "no series for the workload's pods" if not mine else "the histogram has no observations"
             return QueryResult(None, Failure.EMPTY, detail, latency_s=vector.latency_s)

@@ -14,9 +14,9 @@ would read from the built-in metrics or kube-state-metrics is asked once for eve
 ``BATCH_POINTS`` worth of namespaces, aggregated to one series a workload on the server
 (``metrics.queries.owned_query``), a namespace of more workloads than that in parts by the targets' names; only a
 custom query is asked per workload. Worked example: 10,000
-workloads in 100 namespaces, each read from seven such series over a day (23 hours a minute apart, eight
-namespaces a query; the last hour a tick apart, fifty), ask 7 x (13 + 2) = 105 queries where they asked
-140,000, one for each workload, series and part (tests/test_warm_up.py).
+workloads in 100 namespaces, each read from eight such series over a day (23 hours a minute apart, eight
+namespaces a query; the last hour a tick apart, fifty), ask 8 x (13 + 2) = 120 queries where they asked
+160,000, one for each workload, series and part (tests/test_warm_up.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.queries import OWNER, owned_query, quantile_of
+from autoscaler.metrics.queries import OWNER, histogram_reading, owned_query
 from autoscaler.metrics.source import Failure, MetricSource, RangeSeries, RangeVector
 from autoscaler.record import PROMETHEUS_FAILURES, series_queries
 from policies.base import Policy
@@ -111,7 +111,7 @@ class _Read:
     part: Part
     keys: list[str]
     owners: dict[tuple[str, str], str] | None = None
-    group: tuple[str, str, float] = ("", "Deployment", 0.9)  # an owned query's series, kind and quantile
+    group: tuple[str, str, float] = ("", "Deployment", 0.9)  # an owned query's series, kind and reading
     later: bool = False  # history caught up apart (``Policy.apart``): asked once every recent part is
 
 
@@ -182,8 +182,8 @@ class FleetHistory:
                     member.waiting[span] += 1
                     later = member.shadow is not None and span == 0
                     if name in owned:
-                        kind, quantile = workload.target.kind, quantile_of(name, workload)
-                        groups.setdefault((name, owned[name], kind, quantile, span, part, later), []).append(workload)
+                        kind, reading = workload.target.kind, histogram_reading(name, workload)
+                        groups.setdefault((name, owned[name], kind, reading, span, part, later), []).append(workload)
                     else:
                         own.append((index, _Read(name, query, span, part, [workload.key], later=later)))
             if not parts:
@@ -197,7 +197,7 @@ class FleetHistory:
         """The reads of one owned series over one part for ``workloads``: their namespaces, in their order, as few
         to a query as keep it within ``BATCH_POINTS``; a namespace of more workloads than that, in parts of it by
         the targets' names (one namespace of 10,000 read whole would take gigabytes while parsed)."""
-        name, series, kind, quantile, span, part, later = group
+        name, series, kind, reading, span, part, later = group
         most = max(1, BATCH_POINTS // max(1, round((part[0] - part[1]) / part[2])))
         by_namespace: dict[str, list[Workload]] = {}
         for workload in workloads:
@@ -206,12 +206,12 @@ class FleetHistory:
         chunk: list[Workload] = []
         for members in [*by_namespace.values(), []]:
             if chunk and (not members or len(chunk) + len(members) > most):
-                reads.append(_owned_read(name, (series, kind, quantile), chunk, span, part, later=later))
+                reads.append(_owned_read(name, (series, kind, reading), chunk, span, part, later=later))
                 chunk = []
             if len(members) > most:  # alone, in parts
                 for start in range(0, len(members), most):
                     some = members[start : start + most]
-                    reads.append(_owned_read(name, (series, kind, quantile), some, span, part, False, later))
+                    reads.append(_owned_read(name, (series, kind, reading), some, span, part, False, later))
             else:
                 chunk += members
         return reads
@@ -386,14 +386,14 @@ def _owned_read(
     whole: bool = True,
     later: bool = False,
 ) -> _Read:
-    """The read of series ``name`` (``group``: its owned series, the targets' kind, a histogram's quantile) for
+    """The read of series ``name`` (``group``: its owned series, the targets' kind, a histogram's reading) for
     ``workloads``: their namespaces whole, or (not ``whole``) the targets by name, a part of one namespace's."""
-    series, kind, quantile = group
+    series, kind, reading = group
     spaces = list(dict.fromkeys(w.target.namespace for w in workloads))
     names = None if whole else [w.target.name for w in workloads]
     return _Read(
         name,
-        owned_query(series, spaces, kind, quantile, names=names),
+        owned_query(series, spaces, kind, reading, names=names),
         span,
         part,
         [w.key for w in workloads],

@@ -43,6 +43,23 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
     return lower + (bounds[index] - lower) * (rank - below) / in_bucket
 
 
+def edge_at_or_below(seconds: float, edges: tuple[float, ...] = TTFT_BUCKETS) -> float | None:
+    """The largest of ``edges`` at or below ``seconds``; None when every edge is above it."""
+    below = [edge for edge in edges if edge <= seconds]
+    return max(below) if below else None
+
+
+def count_above(seconds: float, buckets: dict[float, float]) -> float | None:
+    """Of a histogram's cumulative counts keyed by upper bound (``+Inf`` the total), those above its largest edge at
+    or below ``seconds`` (``edge_at_or_below``): every observation above ``seconds`` is among them. The whole
+    count where no edge is that low; None without the ``+Inf`` bucket. Worked example: vLLM's TTFT buckets and a
+    2 s SLO count the first tokens above 1.0 s, the next edge being 2.5 (tests/test_histogram.py)."""
+    if math.inf not in buckets:
+        return None
+    edge = edge_at_or_below(seconds, tuple(b for b in buckets if b != math.inf))
+    return buckets[math.inf] - (buckets[edge] if edge is not None else 0.0)
+
+
 def lognormal_spread(buckets: dict[float, float]) -> float | None:
     """The standard deviation of the log of a histogram's observations, read as lognormal from its 10th and 90th
     percentiles (``histogram_quantile``, as Prometheus interpolates): ``(ln q90 - ln q10) / 2.563``. On vLLM's

@@ -18,10 +18,14 @@ WAITING = "num_requests_waiting"
 GENERATION_TOKENS = "generation_tokens_per_second"
 TTFT_SECONDS_RATE = "time_to_first_token_seconds_per_second"
 FIRST_TOKENS_RATE = "first_tokens_per_second"
-BUDGET_SIGNALS = (TTFT_SECONDS_RATE, FIRST_TOKENS_RATE, "prompt_tokens_per_second")
+FIRST_TOKENS_OVER_SLO = "first_tokens_over_slo_per_second"
+"""The rate of first tokens over the last minute whose TTFT is above the largest edge of the TTFT histogram at or
+below the slo's ``ttftSeconds`` (``histogram.count_above``; 1.0 s for a 2 s SLO): every miss is among them, so the
+budget counts no more misses than this (``policies.predictive.budget``)."""
+BUDGET_SIGNALS = (TTFT_SECONDS_RATE, FIRST_TOKENS_RATE, "prompt_tokens_per_second", FIRST_TOKENS_OVER_SLO)
 """What the error budget is counted from (``policies.predictive.budget``): the rates of the TTFT histogram's
-``_sum`` and ``_count`` over the last minute, and the prompt tokens'; not metrics a file scales on, but read for a
-workload whose ``predictive`` policy has an ``errorBudget``."""
+``_sum`` and ``_count`` over the last minute, the prompt tokens', and the first tokens above the SLO's bucket edge;
+not metrics a file scales on, but read for a workload whose ``predictive`` policy has an ``errorBudget``."""
 WORK_SIGNALS = ("prompt_tokens_per_second", GENERATION_TOKENS, WAITING, FIRST_TOKENS_RATE)
 """What a follower of the work reads (``policies.predictive.utilization``): the tokens the fleet processed over the
 last minute, its waiting requests and its first tokens, for a ``predictive`` policy with a ``utilization`` block."""

@@ -130,9 +130,9 @@ def with_error_budget(
     default runs it: the fleet a follower of its work (``utilization``: a replica's prefill and decode speeds, and
     the utilization a load test of a few replicas starts from, ``start`` or ``load_test_utilization``'s), the
     utilization moved by the slo's error budget, whose misses are counted with ``model``'s idle prefill speed and
-    the spread of the trace's prompt lengths, or of the built-in lengths without a trace (``errorBudget``;
-    docs/decisions/predictive-utilization.md). Only what that block uses is written: the targets' headroom and a
-    pooling gain size a block without ``utilization``, so neither is here."""
+    request overhead and the spread of the trace's prompt lengths, or of the built-in lengths without a trace
+    (``errorBudget``; docs/decisions/predictive-utilization.md). Only what that block uses is written: the
+    targets' headroom and a pooling gain size a block without ``utilization``, so neither is here."""
     workload = document["workloads"][0]
     policy = workload["policy"]
     if policy.get("type") != "predictive":
@@ -140,6 +140,7 @@ def with_error_budget(
     spread = PROMPT_LOGNORMAL[1] if trace is None else trace.prompt_length_sigma
     budget = {
         "prefillTokensPerSecond": round(model.idle_prefill_tokens_per_s, 1),
+        "requestOverheadSeconds": round(model.request_overhead_s, 3),
         "promptLengthSigma": round(spread, 2),
     }
     if start is None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policies.histogram import PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS, histogram_quantile, lognormal_spread
+from policies.histogram import PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS, count_above, histogram_quantile, lognormal_spread
 from policies.metric_names import PROMPT_SPREAD_WINDOW_S
 from simulations.engine import engine_step
 from simulations.replica_model import ReplicaModel
@@ -535,15 +535,31 @@ class Fleet:
         first, last = ends
         return float(getattr(last, attr) - getattr(first, attr)) / (last.at - first.at)
 
-    def ttft_quantile(self, q: float, now: float) -> float | None:
-        """``histogram_quantile(q, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))``: NaN where
-        no first token came in the window, as Prometheus gives."""
+    def _ttft_increase(self, now: float) -> tuple[dict[float, float], float] | None:
+        """The TTFT histogram's cumulative buckets' increase over the last minute, keyed by upper bound, and the
+        seconds it spans; None before two scrapes."""
         if (ends := self.window(now)) is None:
             return None
         first, last = ends
         edges = (*TTFT_BUCKETS, math.inf)
         increase = {edge: b - a for edge, a, b in zip(edges, first.ttft_buckets, last.ttft_buckets, strict=True)}
-        return histogram_quantile(q, increase)
+        return increase, last.at - first.at
+
+    def ttft_quantile(self, q: float, now: float) -> float | None:
+        """``histogram_quantile(q, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))``: NaN where
+        no first token came in the window, as Prometheus gives."""
+        if (read := self._ttft_increase(now)) is None:
+            return None
+        return histogram_quantile(q, read[0])
+
+    def first_tokens_over(self, seconds: float, now: float) -> float | None:
+        """The rate over the last minute of first tokens above the TTFT histogram's largest edge at or below
+        ``seconds`` (``histogram.count_above``), as its default query reads it."""
+        if (read := self._ttft_increase(now)) is None:
+            return None
+        increase, elapsed = read
+        above = count_above(seconds, increase)
+        return None if above is None else above / elapsed
 
     def prompt_spread(self, now: float) -> float | None:
         """``histogram.lognormal_spread`` of ``sum by (le) (rate(vllm:request_prompt_tokens_bucket[1h]))``: the

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from policies.activation import replica_activity
 from policies.metric_names import (
     ACTIVITY_METRICS,
+    FIRST_TOKENS_OVER_SLO,
     FIRST_TOKENS_RATE,
     KV_CACHE_ALIASES,
     PROMPT_SPREAD,
@@ -43,6 +44,10 @@ def _quantile(q: float) -> Callable[[Fleet, float], float | None]:
     return read
 
 
+def _over(seconds: float) -> Callable[[Fleet, float], float | None]:
+    return lambda fleet, now: fleet.first_tokens_over(seconds, now)
+
+
 def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
     """The value of a built-in metric name of docs/contract.md, as its default query would return it."""
     if name == "num_requests_waiting":
@@ -66,12 +71,15 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
     return None
 
 
-def signals_for(names: list[str], slo_quantile: float | None = None) -> Signals:
+def signals_for(names: list[str], slo_quantile: float | None = None, slo_seconds: float | None = None) -> Signals:
     """The built-in metrics ``names``, and what a policy reads beyond its metrics (``Workload.extra_signals``):
-    ``TTFT_SLO`` is the TTFT quantile at ``slo_quantile``, the SLO's target, that a learned capacity reads."""
-    getters = {}
+    ``TTFT_SLO`` is the TTFT quantile at ``slo_quantile``, the SLO's target, that a learned capacity reads, and
+    ``FIRST_TOKENS_OVER_SLO`` the first tokens above the histogram's edge at or below ``slo_seconds``."""
+    getters: dict[str, Callable[[Fleet, float], float | None]] = {}
     for name in names:
         getter = _quantile(slo_quantile) if name == TTFT_SLO and slo_quantile is not None else builtin_signal(name)
+        if name == FIRST_TOKENS_OVER_SLO and slo_seconds is not None:
+            getter = _over(slo_seconds)
         if getter is None:
             raise ValueError(
                 f"the simulator cannot provide metric {name!r}: it serves the built-in names {described()}"

@@ -61,7 +61,11 @@ def test_the_builtin_default_counts_the_slos_error_budget_with_the_replicas_idle
     # 2,048 / (2,048/2,500 + 1/20 - 1/2,500): the prompt tokens a second an idle replica prefills in full engine
     # steps of 2,048, a weight read each.
     # Sized without a trace, for the built-in lengths, whose spread it is told; no learned headroom beside it.
-    assert workload.policy["errorBudget"] == {"prefillTokensPerSecond": 2357.3, "promptLengthSigma": 0.5}
+    assert workload.policy["errorBudget"] == {
+        "prefillTokensPerSecond": 2357.3,
+        "requestOverheadSeconds": 0.05,  # the replica's, a request's own time as the SLO judges it
+        "promptLengthSigma": 0.5,
+    }
     assert "learnedHeadroom" not in workload.policy
     assert model.engine_prefill_s(np.array([2048.0])) == pytest.approx([2048 / 2357.3], abs=1e-4)
     assert with_error_budget(raw, model, 1.5, 0.995) == raw

@@ -53,7 +53,7 @@ def test_a_workload_that_learns_its_capacity_sees_the_ttft_quantile_at_its_slo()
 def test_a_workload_that_spends_its_budget_sees_the_histograms_sum_and_count_rates() -> None:
     """What the daemon's batched queries read, from the simulated replicas' scrapes: the rates of the TTFT
     histogram's sum and count over the last minute."""
-    from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
+    from policies.metric_names import FIRST_TOKENS_OVER_SLO, FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
     from simulations.contenders import policy_contender, workload_variant
 
     model = ReplicaModel()
@@ -68,6 +68,7 @@ def test_a_workload_that_spends_its_budget_sees_the_histograms_sum_and_count_rat
     signals = policy_contender(spending_doc, spending, model).signals(fleet, now)  # type: ignore[misc]
     assert signals[FIRST_TOKENS_RATE] == fleet.rate("ttft_count", now) and signals[FIRST_TOKENS_RATE] > 0
     assert signals[TTFT_SECONDS_RATE] == fleet.rate("ttft_sum", now) and signals[TTFT_SECONDS_RATE] > 0
+    assert signals[FIRST_TOKENS_OVER_SLO] == fleet.first_tokens_over(2.0, now) == 0.0  # two short prompts
 
 
 def _two_requests_served(model: ReplicaModel) -> tuple[Fleet, float]:

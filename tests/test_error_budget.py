@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from policies.base import Observation
-from policies.metric_names import BUDGET_SIGNALS, FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE
+from policies.metric_names import (
+    BUDGET_SIGNALS,
+    FIRST_TOKENS_OVER_SLO,
+    FIRST_TOKENS_RATE,
+    PROMPT_SPREAD,
+    TTFT_SECONDS_RATE,
+)
 from policies.policy_file import PolicyFileError, parse_policy_document
 from policies.predictive.budget import (
     BUCKETS,
@@ -19,6 +25,7 @@ from policies.predictive.budget import (
     ledger_window,
     mean_beyond_prefill,
     miss_share,
+    over_slo_share,
     prefill_tail,
     returned,
 )
@@ -41,6 +48,38 @@ def test_the_mean_beyond_prefill_is_the_histograms_mean_less_the_prompts_own_pre
     ttft: float | None, firsts: float, prompt: float | None, expected: float | None
 ) -> None:
     assert mean_beyond_prefill(ttft, firsts, prompt, prefill_tokens_per_second=1000.0) == expected
+
+
+def test_an_idle_replicas_overhead_is_a_requests_own_time_not_a_wait() -> None:
+    """4 first tokens a second at 3 s each, 0.5 s of it their prompts' prefill and 50 ms the replica's overhead on
+    any request: 2.45 s beyond their own time."""
+    assert mean_beyond_prefill(12.0, 4.0, 2000.0, 1000.0, overhead_seconds=0.05) == pytest.approx(2.45)
+
+
+@pytest.mark.parametrize(
+    ("over", "firsts", "most"),
+    [
+        (1.5, 4.0, 0.375),  # of 4 first tokens a second, 1.5 came after the bucket edge below the SLO
+        (0.0, 4.0, 0.0),  # none: no miss, whatever the mean says
+        (5.0, 4.0, 1.0),  # counters read a scrape apart
+        (None, 4.0, 1.0),  # not read (a recording before the signal, a bucket layout without the edge)
+        (math.nan, 4.0, 1.0),
+        (1.0, 0.0, 1.0),
+    ],
+)
+def test_the_share_that_can_have_missed_is_the_first_tokens_above_the_slos_edge(
+    over: float | None, firsts: float, most: float
+) -> None:
+    assert over_slo_share(over, firsts) == most
+
+
+def test_a_minute_whose_mean_is_a_few_long_waits_counts_no_more_than_its_slow_first_tokens() -> None:
+    """A minute of 100 first tokens whose mean beyond prefill is 60 s reads as all missed; if 30 of them came
+    later than the 1.0 s edge below a 2 s SLO, no more than those 30 can have."""
+    ledger = BudgetLedger(window=86_400.0)
+    assert ledger.count(0.0, 100.0, 60.0, 2.0, 0.05) == pytest.approx(100.0, rel=0.01)
+    assert ledger.count(15.0, 100.0, 60.0, 2.0, 0.05, most=0.3) == pytest.approx(30.0)
+    assert ledger.count(30.0, 100.0, 0.2, 2.0, 0.05, most=0.3) == pytest.approx(100.0 * miss_share(0.2, 2.0, 0.05))
 
 
 @pytest.mark.parametrize(
@@ -180,6 +219,28 @@ def test_a_healthy_budget_keeps_the_learned_headroom_and_a_burnt_one_hands_it_ba
     burnt, used = _headroom_after(2.6)
     expected = miss_share(2.6, 2.0, prefill_tail(2.0, 0.5, 1.0)) / 0.01  # the budget's default spread
     assert 0.5 < expected / 100 < 0.55 and used == pytest.approx(expected, rel=0.01) and burnt == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(("over", "used"), [(None, 0.53), (0.4, 0.10), (0.0, 0.0)])
+def test_the_policy_counts_no_more_misses_than_first_tokens_above_the_slos_edge(
+    over: float | None, used: float
+) -> None:
+    """An hour whose first tokens come 2.6 s beyond their own time on the mean reads as half of them missed, 53
+    budgets; if a tenth of them came later than the 1.0 s edge below the 2 s SLO, a tenth at most (10 budgets), and
+    none if none did."""
+    slo = {"ttftSeconds": 2, "target": 0.99}
+    metrics = [{"name": "prompt_tokens_per_second", "target": {"type": "AverageValue", "value": 100}}]
+    document = parse_policy_document(workload_doc(maxReplicas=100, policy=BUDGET, slo=slo, metrics=metrics))
+    decider = document.decider(document.workloads[0])
+    for i in range(240):
+        signals = {
+            "prompt_tokens_per_second": 2000.0,
+            FIRST_TOKENS_RATE: 4.0,
+            TTFT_SECONDS_RATE: 4.0 * (0.5 + 2.6),
+            **({} if over is None else {FIRST_TOKENS_OVER_SLO: over}),
+        }
+        decider.applied(decider.decide(Observation(i * 15.0, 20, signals, ready_replicas=20)))
+    assert decider.policy.state.budget.used(0.99) / 100 == pytest.approx(used, abs=0.01)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("slo_window", "history"), [(7_200, 86_400), (172_800, 172_800)])

@@ -137,6 +137,23 @@ def test_the_replicas_expose_vllms_ttft_histogram() -> None:
     assert histogram_quantile(0.9, {1.0: 0.0, 2.5: 10.0, float("inf"): 10.0}) == 1.0 + 1.5 * 0.9
 
 
+def test_the_first_tokens_above_the_slos_edge_are_the_histograms_last_minute() -> None:
+    """``first_tokens_over`` is the rate of the last minute's first tokens above vLLM's bucket edge at or below the
+    SLO (1.0 s for 2 s), as ``rate(_bucket{le="+Inf"}[1m]) - rate(_bucket{le="1.0"}[1m])`` reads it."""
+    fleet = Fleet(ReplicaModel(), poisson_trace(0.8, 400, 1500, 50), 2)
+    now, checked = 0.0, 0
+    while not fleet.done:
+        fleet.step(now)
+        if (pair := fleet.window(now)) is not None and pair[1].at == now and now > 60:
+            first, last = pair
+            inside = (fleet.first_token > first.at) & (fleet.first_token <= last.at)
+            slow = np.count_nonzero(inside & (fleet.first_token - fleet.arrival > 1.0))
+            assert fleet.first_tokens_over(2.0, now) == pytest.approx(slow / (last.at - first.at))
+            checked += slow > 0
+        now += fleet.model.step_s
+    assert checked > 10
+
+
 def test_the_kv_gauge_shows_the_blocks_in_use() -> None:
     """The prompt's blocks from admission, and a block more for every 16 tokens it generates."""
     model = ReplicaModel(kv_cache_tokens=10_000)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from policies.histogram import PROMPT_TOKEN_BUCKETS, histogram_quantile, lognormal_spread
+from policies.histogram import PROMPT_TOKEN_BUCKETS, count_above, edge_at_or_below, histogram_quantile, lognormal_spread
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,21 @@ def test_no_spread_without_prompts_or_with_the_lowest_bucket_at_a_percentile() -
     assert lognormal_spread({1.0: 0.0, 2.0: 10.0, math.inf: 10.0}) is not None
     assert lognormal_spread({0.0: 5.0, 2.0: 10.0, math.inf: 10.0}) is None  # a 10th percentile of 0 has no log
     assert lognormal_spread({2.0: 10.0}) is None  # no +Inf bucket
+
+
+@pytest.mark.parametrize(
+    ("seconds", "buckets", "above"),
+    [
+        (2.0, {0.5: 10.0, 1.0: 60.0, 2.5: 90.0, math.inf: 100.0}, 40.0),  # the edge at or below 2 s is 1.0
+        (1.0, {0.5: 10.0, 1.0: 60.0, 2.5: 90.0, math.inf: 100.0}, 40.0),  # an edge at the SLO is taken
+        (2.5, {0.5: 10.0, 1.0: 60.0, 2.5: 90.0, math.inf: 100.0}, 10.0),
+        (0.1, {0.5: 10.0, 1.0: 60.0, math.inf: 100.0}, 100.0),  # no edge that low: all of them
+        (2.0, {1.0: 60.0}, None),  # no +Inf bucket
+    ],
+)
+def test_the_count_above_the_edge_at_or_below(seconds: float, buckets: dict[float, float], above: float | None) -> None:
+    assert count_above(seconds, buckets) == above
+
+
+def test_vllms_ttft_edges_below_an_slo() -> None:
+    assert [edge_at_or_below(s) for s in (2.0, 1.0, 0.5, 3.0, 0.0005)] == [1.0, 1.0, 0.5, 2.5, None]

@@ -88,7 +88,8 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
         "type": "predictive",
         "tolerance": 0.1,
         "minRiseReplicas": 0.5,
-        "errorBudget": {"prefillTokensPerSecond": 976.6, "promptLengthSigma": 0.5},  # the built-in lengths' spread
+        # the built-in replica's idle speed and overhead, the built-in lengths' spread
+        "errorBudget": {"prefillTokensPerSecond": 976.6, "requestOverheadSeconds": 0.05, "promptLengthSigma": 0.5},
         # the load test's, at the replica's prefill and its generation at the batch of the built-in lengths it holds
         "utilization": {"start": start, "prefillTokensPerSecond": 1000.0, "decodeTokensPerSecond": 309.3},
         "horizonSeconds": 615.0,
@@ -272,7 +273,7 @@ def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_d
     # The built-in's error budget, counted with the simulated replica's idle prefill speed and the spread of the
     # trace's prompt lengths, goes with it.
     budget = workload["policy"]["errorBudget"]
-    assert budget == {"prefillTokensPerSecond": 976.6, "promptLengthSigma": 0.5}
+    assert budget == {"prefillTokensPerSecond": 976.6, "requestOverheadSeconds": 0.05, "promptLengthSigma": 0.5}
     # Only what the default that follows its work uses: no headroom or pooling.
     assert set(workload["policy"]) == {"type", "errorBudget", "utilization"}
     assert (

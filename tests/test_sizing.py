@@ -246,7 +246,7 @@ def test_the_default_block_holds_only_what_following_the_work_uses(tmp_path: Pat
     predictive = next(r for r in data["results"] if r["policy"] == "predictive")
     settings = predictive["settings"]
     assert not {"headroom", "pooling", "blendedHeadroom"} & set(settings)
-    assert set(settings["errorBudget"]) == {"prefillTokensPerSecond", "promptLengthSigma"}
+    assert set(settings["errorBudget"]) == {"prefillTokensPerSecond", "requestOverheadSeconds", "promptLengthSigma"}
     assert "learnedHeadroom" not in settings
     assert set(settings["utilization"]) == {"start", "prefillTokensPerSecond", "decodeTokensPerSecond"}
 

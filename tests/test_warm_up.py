@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.metrics.queries import owned_query, quantile_of
+from autoscaler.metrics.queries import histogram_reading, owned_query
 from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, RangeVector, Series, VectorResult
 from autoscaler.record import series_queries
 from autoscaler.warm_up import (
@@ -23,7 +23,7 @@ from autoscaler.warm_up import (
     warm_up,
 )
 from policies.base import Observation
-from policies.metric_names import FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
+from policies.metric_names import FIRST_TOKENS_OVER_SLO, FIRST_TOKENS_RATE, TTFT_SECONDS_RATE
 from policies.policy_file import Workload, parse_policy_document
 from policies.predictive import PredictivePolicy
 from policies.predictive.budget import PROMPT_LENGTH_SIGMA, miss_share, prefill_tail
@@ -47,7 +47,7 @@ class RangeSource:
         self.by_query = {query: name for name, query in series_queries(workload).items()}
         for name, owned_name in owned_series(workload).items():  # read with other workloads' (owned_query)
             target = workload.target
-            owned = owned_query(owned_name, [target.namespace], target.kind, quantile_of(name, workload))
+            owned = owned_query(owned_name, [target.namespace], target.kind, histogram_reading(name, workload))
             self.by_query[owned] = name
         self.labels = {"namespace": workload.target.namespace, "owner": workload.target.name}
         self.series, self.failing, self.failure = series, set(failing), failure
@@ -282,7 +282,14 @@ def test_a_followers_day_before_its_trend_reads_only_what_its_catch_up_counts(
         warmed.append((policy, source))
     (lean, lean_source), (whole, whole_source) = warmed
     before = {name for name, start, *_ in lean_source.asked if start < WALL - policy.detail_seconds}
-    assert before == {REPLICAS, READY_REPLICAS, FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, "prompt_tokens_per_second"}
+    assert before == {
+        REPLICAS,
+        READY_REPLICAS,
+        FIRST_TOKENS_RATE,
+        TTFT_SECONDS_RATE,
+        FIRST_TOKENS_OVER_SLO,
+        "prompt_tokens_per_second",
+    }
     assert len(whole_source.asked) == len(lean_source.asked) + 3
     assert lean.state.budget is not None and whole.state.budget is not None
     assert lean.state.budget.first_tokens == whole.state.budget.first_tokens > 0.95 * 6 * 86_400
@@ -416,7 +423,7 @@ def test_a_query_prometheus_finds_too_large_is_asked_again_in_halves_then_by_wor
 
 
 def test_ten_thousand_workloads_read_a_day_in_about_a_hundred_queries() -> None:
-    """The module's worked example: the budget's day of seven series for 10,000 workloads in 100 namespaces, a
+    """The module's worked example: the budget's day of eight series for 10,000 workloads in 100 namespaces, a
     query a series for every eight namespaces over the 23 hours read a minute apart and every fifty over the
     hour read a tick apart."""
     metrics = [
@@ -434,7 +441,7 @@ def test_ten_thousand_workloads_read_a_day_in_about_a_hundred_queries() -> None:
     )
     one = parse_policy_document(document).workloads[0]
     policy = parse_policy_document(document).decider(one).policy
-    assert len(series_queries(one)) == 7 and spans(policy, 15.0) == [(86_400, 3600, 60.0), (3600, 0.0, 15.0)]
+    assert len(series_queries(one)) == 8 and spans(policy, 15.0) == [(86_400, 3600, 60.0), (3600, 0.0, 15.0)]
     fleet = [
         one.model_copy(
             update={"target": one.target.model_copy(update={"namespace": f"ns-{i % 100}", "name": f"m-{i}"})}
@@ -442,21 +449,21 @@ def test_ten_thousand_workloads_read_a_day_in_about_a_hundred_queries() -> None:
         for i in range(10_000)
     ]
     history = FleetHistory([(w, policy) for w in fleet], WALL, TO_NOW, 15.0)
-    assert len(history.reads) == 7 * (13 + 2)
-    # The follower written for a file given only an slo: its eight series over the hour, five over the day.
+    assert len(history.reads) == 8 * (13 + 2)
+    # The follower written for a file given only an slo: its nine series over the hour, six over the day.
     follower = parse_policy_document(
         workload_doc(metrics=metrics, slo={"ttftSeconds": 2, "target": 0.99}, policy=FOLLOWER)
     )
     one = follower.workloads[0]
     policy = follower.decider(one).policy
-    assert len(series_queries(one)) == 8 and spans(policy, 15.0) == [(86_400, 630, 60.0), (630, 0.0, 15.0)]
+    assert len(series_queries(one)) == 9 and spans(policy, 15.0) == [(86_400, 630, 60.0), (630, 0.0, 15.0)]
     fleet = [
         one.model_copy(
             update={"target": one.target.model_copy(update={"namespace": f"ns-{i % 100}", "name": f"m-{i}"})}
         )
         for i in range(10_000)
     ]
-    assert len(FleetHistory([(w, policy) for w in fleet], WALL, TO_NOW, 15.0).reads) == 5 * 13 + 8 * 1
+    assert len(FleetHistory([(w, policy) for w in fleet], WALL, TO_NOW, 15.0).reads) == 6 * 13 + 9 * 1
 
 
 def test_a_namespace_too_large_for_one_query_is_read_in_parts_by_name() -> None:

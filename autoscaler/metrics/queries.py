@@ -6,10 +6,18 @@ import functools
 import math
 import re
 
-from policies.histogram import SPREAD_QUANTILES, SPREAD_Z, histogram_quantile, lognormal_spread
+from policies.histogram import (
+    SPREAD_QUANTILES,
+    SPREAD_Z,
+    count_above,
+    edge_at_or_below,
+    histogram_quantile,
+    lognormal_spread,
+)
 from policies.metric_names import (
     ACTIVITY_METRICS,
     BUILTIN_METRIC_NAMES,
+    FIRST_TOKENS_OVER_SLO,
     FIRST_TOKENS_RATE,
     PROMPT_SPREAD,
     PROMPT_SPREAD_WINDOW_S,
@@ -91,7 +99,9 @@ def default_query(name: str, workload: Workload) -> str | None:
         return None
     selector = pod_selector(workload)
     if name in (TTFT_P90, TTFT_SLO):
-        return f"histogram_quantile({quantile_of(name, workload):g}, {_expression(name, selector, 'le')})"
+        return f"histogram_quantile({histogram_reading(name, workload):g}, {_expression(name, selector, 'le')})"
+    if name == FIRST_TOKENS_OVER_SLO:
+        return _over_slo(selector, histogram_reading(name, workload), "sum")
     if name == PROMPT_SPREAD:  # histogram.lognormal_spread, in PromQL
         low, high = (f"ln(histogram_quantile({q:g}, {_expression(name, selector, 'le')}))" for q in SPREAD_QUANTILES)
         return f"({high} - {low}) / {SPREAD_Z:g}"
@@ -100,9 +110,30 @@ def default_query(name: str, workload: Workload) -> str | None:
     return _expression(name, selector, "")
 
 
-def quantile_of(name: str, workload: Workload) -> float:
-    """The quantile a TTFT metric reads: 0.9 for the p90, the slo's target for what capacity is learned by."""
+def histogram_reading(name: str, workload: Workload) -> float:
+    """What a metric read from the TTFT histogram takes of its workload: the quantile, 0.9 for the p90 and the slo's
+    target for what capacity is learned by; the slo's seconds for the first tokens above them."""
+    if name == FIRST_TOKENS_OVER_SLO:
+        return workload.slo.ttft_seconds if workload.slo is not None else math.inf
     return workload.slo.target if name == TTFT_SLO and workload.slo is not None else 0.9
+
+
+def _over_slo(selector: str, seconds: float, aggregation: str) -> str:
+    """The rate of first tokens above the TTFT histogram's largest edge at or below ``seconds``
+    (``histogram.count_above``) over ``selector``'s pods, aggregated by ``aggregation`` (``sum`` or ``sum by
+    (...)``): the ``+Inf`` bucket's rate less that edge's, the edge vLLM's (``TTFT_BUCKETS``) as ``prometheus_client``
+    writes ``le``. No value where the edge has no series (another bucket layout): the budget is then not bounded."""
+    sides = [
+        f"{aggregation} (rate(vllm:time_to_first_token_seconds_bucket{{{selector},le={le}}}[1m]))"
+        for le in _les(seconds)
+    ]
+    return " - ".join(sides)
+
+
+def _les(seconds: float) -> list[str]:
+    """The ``le`` labels the first tokens above ``seconds`` are read from: ``+Inf``, less the edge at or below."""
+    edge = edge_at_or_below(seconds)
+    return [promql_string(le) for le in ["+Inf", *([] if edge is None else [repr(edge)])]]
 
 
 def metric_queries(workload: Workload) -> dict[str, str]:
@@ -236,13 +267,13 @@ def freshness_query(namespaces: list[str], staleness: float) -> str:
 
 @functools.cache  # a few names, asked four times a tick a workload
 def batch_key(name: str) -> str:
-    """Aliases share one batch, and so do the two TTFT quantiles: one histogram."""
-    return TTFT_P90 if name == TTFT_SLO else canonical(name)
+    """Aliases share one batch, and so do the two TTFT quantiles and the first tokens above the slo: one histogram."""
+    return TTFT_P90 if name in (TTFT_SLO, FIRST_TOKENS_OVER_SLO) else canonical(name)
 
 
-def aggregate(name: str, values: list[tuple[dict[str, str], float]], quantile: float = 0.9) -> float | None:
-    """Combine one workload's per-pod series as its default query would: sum, max, or a quantile (``quantile``
-    of the TTFT histogram)."""
+def aggregate(name: str, values: list[tuple[dict[str, str], float]], reading: float = 0.9) -> float | None:
+    """Combine one workload's per-pod series as its default query would: sum, max, or what a histogram gives at
+    ``reading`` (``histogram_reading``: a quantile, or the first tokens above the slo's seconds)."""
     if not values:
         return None
     key = batch_key(name)
@@ -252,7 +283,9 @@ def aggregate(name: str, values: list[tuple[dict[str, str], float]], quantile: f
             bound = float(labels.get("le", "nan"))
             if not math.isnan(bound):
                 buckets[bound] = buckets.get(bound, 0.0) + value
-        return lognormal_spread(buckets) if name == PROMPT_SPREAD else histogram_quantile(quantile, buckets)
+        if name == FIRST_TOKENS_OVER_SLO:
+            return count_above(reading, buckets)
+        return lognormal_spread(buckets) if name == PROMPT_SPREAD else histogram_quantile(reading, buckets)
     if len(values) == 1:  # a batch's series is a workload's already (``batched_query``)
         return values[0][1]
     return max(v for _, v in values) if key == "kv_cache_usage_perc" else sum(v for _, v in values)
@@ -265,7 +298,7 @@ KIND = "kind"  # a batch's series: the target's kind (``batched_query``)
 
 
 def owned_query(
-    series: str, namespaces: list[str], kind: str, quantile: float = 0.9, names: list[str] | None = None
+    series: str, namespaces: list[str], kind: str, reading: float = 0.9, names: list[str] | None = None
 ) -> str:
     """One query for ``series`` of every workload of ``kind`` in ``namespaces`` (or only of the targets ``names``,
     within one namespace), one result series per workload labelled ``namespace`` and ``owner`` (the target's name),
@@ -284,11 +317,14 @@ def owned_query(
         return " + ".join(f"({owned_query(name, namespaces, kind, names=names)})" for name in ACTIVITY_METRICS)
     if targets is not None:
         selector += f",pod=~{promql_string(targets + POD_SUFFIX[kind])}"
+    if series == FIRST_TOKENS_OVER_SLO:  # the +Inf bucket's rate less the edge's, as its own query reads it
+        by = f"sum by (namespace, {OWNER})"
+        return " - ".join(f"{by} ({_by_owner(series, f'{selector},le={le}', kind)})" for le in _les(reading))
     histogram = batch_key(series) in HISTOGRAMS
     grouped = _by_owner(series, selector, kind)
     if series == PROMPT_SPREAD:  # histogram.lognormal_spread, in PromQL
         low, high = (f"ln(histogram_quantile({q:g}, {grouped}))" for q in SPREAD_QUANTILES)
         return f"({high} - {low}) / {SPREAD_Z:g}"
     if histogram:
-        return f"histogram_quantile({quantile:g}, {grouped})"
+        return f"histogram_quantile({reading:g}, {grouped})"
     return grouped

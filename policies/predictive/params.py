@@ -39,6 +39,14 @@ class ErrorBudgetParams(StrictModel):
         gt=0,
         description="an idle replica's prefill speed: a request's own prefill is its prompt over it",
     )
+    request_overhead_seconds: float = Field(
+        default=0.0,
+        alias="requestOverheadSeconds",
+        ge=0,
+        le=60,
+        description="the time to first token an idle replica adds to any request's prefill (HTTP, tokenisation, "
+        "scheduling; calibrate fits it): part of a request's own time, not a wait",
+    )
     prompt_length_sigma: float | None = Field(
         default=None,
         alias="promptLengthSigma",

@@ -18,6 +18,7 @@ from policies.base import (
     usable,
 )
 from policies.metric_names import (
+    FIRST_TOKENS_OVER_SLO,
     FIRST_TOKENS_RATE,
     GENERATION_TOKENS,
     PROMPT_SPREAD,
@@ -29,6 +30,7 @@ from policies.predictive.budget import (
     BudgetLedger,
     ledger_window,
     mean_beyond_prefill,
+    over_slo_share,
     prefill_tail,
     returned,
 )
@@ -223,7 +225,9 @@ class PredictivePolicy(PolicyBase):
         firsts = observation.value(FIRST_TOKENS_RATE)
         prompt = observation.value(PROMPT_TOKENS)
         speed = budget.prefill_tokens_per_second
-        mean = mean_beyond_prefill(observation.value(TTFT_SECONDS_RATE), firsts, prompt, speed)
+        mean = mean_beyond_prefill(
+            observation.value(TTFT_SECONDS_RATE), firsts, prompt, speed, budget.request_overhead_seconds
+        )
         last = ledger.last
         if mean is None or not firsts or prompt is None or (last is not None and observation.now <= last):
             return
@@ -234,7 +238,8 @@ class PredictivePolicy(PolicyBase):
             if last is None
             else min(observation.now - last, self.coarse_intervals * self.ctx.interval)
         )
-        misses = ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail)
+        most = over_slo_share(observation.value(FIRST_TOKENS_OVER_SLO), firsts)
+        misses = ledger.count(observation.now, firsts * elapsed, mean, slo.ttft_seconds, tail, most)
         if details is not None:
             details.update(
                 budget_used=round(ledger.used(slo.target), 4), slo_first_tokens=firsts * elapsed, slo_misses=misses
@@ -336,7 +341,7 @@ class PredictivePolicy(PolicyBase):
         quantile; the forecast's sizing asks for a metric, so reads them all (None)."""
         if not self.follows:
             return None
-        read = {FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, PROMPT_TOKENS, PROMPT_SPREAD}
+        read = {FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, PROMPT_TOKENS, PROMPT_SPREAD, FIRST_TOKENS_OVER_SLO}
         return frozenset(read | {TTFT_SLO} if self.learns else read)
 
     def _any_metric(self, observation: Observation) -> bool:

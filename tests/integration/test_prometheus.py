@@ -358,7 +358,7 @@ def test_batched_queries_equal_each_workloads_default_query(
     # A workload whose learned headroom the error budget hands back reads the histogram's sum and count, batched
     # too, and, not told its prompts' spread, the prompt-length histogram: three requests more in all; its prompt
     # tokens are among its metrics already.
-    from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE
+    from policies.metric_names import FIRST_TOKENS_OVER_SLO, FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE
 
     budget = {"learnedHeadroom": {}, "errorBudget": {"prefillTokensPerSecond": 1000}}
     spending = [
@@ -367,15 +367,17 @@ def test_batched_queries_equal_each_workloads_default_query(
     ]
     document = parse_policy_document({"prometheus": {"url": prometheus.url}, "workloads": spending})
     observer = Observer(document, source)
-    # prompt tokens, running, waiting, the histogram's sum and count, the prompts' histogram, freshness
-    assert observer.requests_per_tick() == 7
+    # prompt tokens, running, waiting, the histogram's sum, count and buckets, the prompts' histogram, freshness
+    assert observer.requests_per_tick() == 8
     now = time.time()
     collected = observer.collect(now)
     for workload in document.workloads:
         values = collected[workload.key].values
-        for name in (FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, PROMPT_SPREAD):
+        for name in (FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, PROMPT_SPREAD, FIRST_TOKENS_OVER_SLO):
             expected = source.query_one(default_query(name, workload) or "", now).value
             assert expected is not None and values[name] == pytest.approx(expected, rel=1e-9), name
+        # A tenth of the first tokens came later than 1.0 s, the bucket edge below the 2 s SLO.
+        assert values[FIRST_TOKENS_OVER_SLO] / values[FIRST_TOKENS_RATE] == pytest.approx(0.1, rel=0.01)  # type: ignore[operator]
         assert values[PROMPT_SPREAD] == pytest.approx(0.5, abs=0.03)  # what the buckets were filled by
         # The mean time to first token, whatever part of the minute the young series fill: 0.4 s (to the
         # microseconds between the exporter's reading of the two counters' clocks).
@@ -387,10 +389,16 @@ def test_owned_range_queries_equal_each_workloads_own(exporter: VllmExporter, pr
     in the owned query's answer equals what its own query returns over the same range, for every kind of series
     (sums, the KV gauge's max over both names, histogram quantiles, the prompts' spread, the counts, the activity),
     for Deployments and a StatefulSet, and a pod of another name is no workload's."""
-    from autoscaler.metrics.queries import default_query, owned_query, quantile_of
+    from autoscaler.metrics.queries import default_query, histogram_reading, owned_query
     from autoscaler.record import series_queries
     from autoscaler.warm_up import owned_series
-    from policies.metric_names import FIRST_TOKENS_RATE, PROMPT_SPREAD, TTFT_SECONDS_RATE, TTFT_SLO
+    from policies.metric_names import (
+        FIRST_TOKENS_OVER_SLO,
+        FIRST_TOKENS_RATE,
+        PROMPT_SPREAD,
+        TTFT_SECONDS_RATE,
+        TTFT_SLO,
+    )
 
     started = time.time()
     targets = [(NS, NAME), (NS, "vllm-8b"), ("batch", "vllm-8b")]
@@ -421,13 +429,15 @@ def test_owned_range_queries_equal_each_workloads_own(exporter: VllmExporter, pr
     wait_for(lambda: time.time() > started + 8, 15, "a few scrapes for the rates")
     end = time.time()
     start = end - 6
-    histograms = {name: name for name in (TTFT_SLO, PROMPT_SPREAD, FIRST_TOKENS_RATE, TTFT_SECONDS_RATE)}
+    histograms = {
+        name: name for name in (TTFT_SLO, PROMPT_SPREAD, FIRST_TOKENS_RATE, TTFT_SECONDS_RATE, FIRST_TOKENS_OVER_SLO)
+    }
     compared = set()
     for workload in document.workloads:
         target = workload.target
         for name, series in {**owned_series(workload), **histograms}.items():
             own = series_queries(workload).get(name) or default_query(name, workload) or ""
-            owned = owned_query(series, [NS, "batch"], target.kind, quantile_of(name, workload))
+            owned = owned_query(series, [NS, "batch"], target.kind, histogram_reading(name, workload))
             answer = source.query_ranges(owned, start, end, 1)
             key = (target.namespace, target.name)
             mine = [s for s in answer.series if (s.labels.get("namespace"), s.labels.get("owner")) == key]
@@ -437,7 +447,9 @@ def test_owned_range_queries_equal_each_workloads_own(exporter: VllmExporter, pr
                 continue
             assert len(mine) == 1, (workload.key, name, answer.failure, answer.detail)
             # And by name, as a part of a namespace too large for one query is read: this workload's series alone.
-            named = owned_query(series, [target.namespace], target.kind, quantile_of(name, workload), [target.name])
+            named = owned_query(
+                series, [target.namespace], target.kind, histogram_reading(name, workload), [target.name]
+            )
             alone_by_name = source.query_ranges(named, start, end, 1).series
             assert [(s.labels.get("namespace"), s.labels.get("owner")) for s in alone_by_name] == [key]
             for found in (mine[0], alone_by_name[0]):
