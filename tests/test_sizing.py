@@ -300,3 +300,35 @@ def test_a_slow_replica_on_a_traces_requests_bisects_each_load_test_once(monkeyp
     )
     assert shares.replica < 1 and shares.mix != 1.0
     assert len(searches) == len(set(searches)) == 3  # the trace's requests, the built-in lengths, the built-in replica
+
+
+def _minutes(counts: list[int]) -> Trace:
+    """A trace of ``counts[m]`` equal requests spread over minute ``m``."""
+    arrivals = np.concatenate([m * 60 + np.arange(n) * 60 / n for m, n in enumerate(counts)])
+    return Trace("minutes", arrivals, np.full(len(arrivals), 1000), np.full(len(arrivals), 100))
+
+
+@pytest.mark.parametrize(
+    ("counts", "cold_start", "rise"),
+    [
+        ([100] * 30, 300, 0.0),  # steady traffic never rises
+        ([round(100 * 1.1**m) for m in range(30)], 180, 1.1**3 - 1),  # 10 % a minute: three minutes ahead
+        ([round(100 * 1.1**m) for m in range(30)], 60, 0.1),
+        ([round(100 * 0.9**m) for m in range(30)], 300, 0.0),  # falling traffic: no rise, never below 0
+        ([100] * 4, 300, 0.0),  # shorter than a cold start
+        ([100, 200] * 15, 60, 0.0),  # half the work rises by one, the busier half falls: the work-weighted median
+    ],
+)
+def test_the_typical_rise_within_a_cold_start(counts: list[int], cold_start: float, rise: float) -> None:
+    assert sizing.cold_start_rise(_minutes(counts), cold_start, 1000.0, 100.0) == pytest.approx(rise, abs=0.01)
+
+
+def test_the_start_is_the_steady_load_tests_over_the_rise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower orders for a rise a cold start before it serves it: the steady load test's utilization over one
+    plus the trace's typical rise."""
+    model = ReplicaModel()
+    trace = _minutes([round(100 * 1.1**m) for m in range(30)])
+    monkeypatch.setattr(sizing, "cold_start_rise", lambda *_: 0.0)
+    steady = sizing.load_test_utilization(model, trace, 2.0, 0.99)
+    monkeypatch.undo()
+    assert sizing.load_test_utilization(model, trace, 2.0, 0.99) == pytest.approx(steady / (1.1**5), rel=0.02)
