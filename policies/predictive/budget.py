@@ -12,7 +12,7 @@ is exact when own prefill is linear in the prompt; the simulator's is to within 
 (``ReplicaModel.idle_prefill_s``). The overhead is what an idle replica adds to any request (HTTP, tokenisation,
 scheduling: 50 ms on the built-in replica, 30 to 200 ms measured on real servers, ``calibrate`` fits it); the SLO
 counts it as the request's own. Left in, it reads every calm minute 50 ms late: under the default on two diurnal
-days the count is then 1.9 times the misses judged, 1.2 times without it (docs/decisions/error-budget-count.md).
+days the count is then 2.0 times the misses judged, 1.3 times without it (docs/decisions/error-budget-count.md).
 
 The share of that minute's first tokens beyond the SLO ``S`` is then read from ``x = m / S`` as the sum of two
 parts (``miss_share``):
@@ -119,7 +119,7 @@ def over_slo_share(over_slo_per_second: float | None, first_tokens_per_second: f
     edge at or below the SLO (``metric_names.FIRST_TOKENS_OVER_SLO``); a miss waited the SLO beyond its own
     prefill, so it is among them. A minute the mean reads as overloaded may be a few requests that waited minutes
     among many that did not: on three recorded days of rates that hold such minutes, the bound took the count from
-    2.3 to 1.9 times the misses judged (docs/decisions/error-budget-count.md). 1 where
+    2.4 to 1.9 times the misses judged (docs/decisions/error-budget-count.md). 1 where
     it is not read."""
     if over_slo_per_second is None or math.isnan(over_slo_per_second) or first_tokens_per_second <= 0:
         return 1.0
