@@ -31,6 +31,7 @@ from policies import registry
 from policies.base import Policy, WorkloadContext
 from policies.metric_names import BUDGET_SIGNALS, BUILTIN_METRIC_NAMES, PROMPT_SPREAD, TTFT_SLO, WORK_SIGNALS
 from policies.pipeline import WorkloadDecider
+from policies.predictive.params import budget_block
 from policies.spec import (
     DURATION_SCHEMA,
     Activation,
@@ -184,8 +185,7 @@ class Workload(StrictModel):
     def counts_budget(self) -> bool:
         """``predictive`` with an ``errorBudget`` counts the slo's misses (which move its utilization, or hand its
         learned headroom back), and so reads what the budget is counted from (``metric_names.BUDGET_SIGNALS``)."""
-        budget = self.policy.get("errorBudget", self.policy.get("error_budget"))
-        return self.policy_type == "predictive" and budget is not None
+        return self.policy_type == "predictive" and budget_block(self.policy) is not None
 
     @property
     def extra_signals(self) -> tuple[str, ...]:

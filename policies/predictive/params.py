@@ -30,6 +30,12 @@ class PoolingParams(StrictModel):
     replicas: float = Field(default=1.0, ge=1, description="the fleet size the targets were measured on")
 
 
+def budget_block(policy: dict[str, Any]) -> Any:
+    """A predictive block's raw ``errorBudget``, by its key or its field's name (the model takes both); None
+    without one."""
+    return policy.get("errorBudget", policy.get("error_budget"))
+
+
 class ErrorBudgetParams(StrictModel):
     """How the slo's misses are counted from vLLM's TTFT histogram (``policies.predictive.budget``): the budget that
     moves a ``utilization`` block's utilization, or hands a ``learnedHeadroom`` back as it burns."""
@@ -185,7 +191,7 @@ class PredictiveParams(StrictModel):
     @classmethod
     def _budget_learning(cls, data: Any) -> Any:
         """Beside a budget, the headroom is learned over a shorter past unless the block says (``BUDGET_LEARNING``)."""
-        if not isinstance(data, dict) or data.get("errorBudget", data.get("error_budget")) is None:
+        if not isinstance(data, dict) or budget_block(data) is None:
             return data
         key = "learnedHeadroom" if "learnedHeadroom" in data else "learned_headroom"
         if not isinstance(learned := data.get(key), dict):
