@@ -51,7 +51,7 @@ class Counted:
     attainment: float
     first_tokens: float
     judged: float
-    counted: tuple[float, float, float]
+    counted: tuple[float, ...]  # each of WAYS
 
     def error(self, way: int) -> float:
         """The way's count less the judged misses, in the run's budgets."""
@@ -105,7 +105,7 @@ def measure(job: tuple[int, float | None]) -> Counted:
         firsts += float(count)
         judged += float((~met[inside]).sum())
     title = title if seconds is None else f"{title}, judged at {seconds:g} s"
-    return Counted(title, slo, target, result.slo_attainment, firsts, judged, tuple(counted.tolist()))  # type: ignore[arg-type]
+    return Counted(title, slo, target, result.slo_attainment, firsts, judged, tuple(counted.tolist()))
 
 
 def main() -> None:
