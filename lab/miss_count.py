@@ -26,9 +26,9 @@ import numpy as np
 from autoscaler.cli import build_parser
 from autoscaler.cli.simulate import simulation_request
 from lab.decision_quality import CASES
-from policies.histogram import TTFT_BUCKETS, count_above
+from lab.miss_estimate import minute_counters
 from policies.predictive import prompt_spread
-from policies.predictive.budget import mean_beyond_prefill, miss_share, prefill_tail
+from policies.predictive.budget import mean_beyond_prefill, miss_share, over_slo_share, prefill_tail
 from policies.predictive.params import PredictiveParams
 from simulations.compare import footing
 from simulations.contenders import policy_contender
@@ -79,14 +79,9 @@ def measure(job: tuple[int, float | None]) -> Counted:
     def reading(fleet: Fleet, now: float) -> dict[str, float | None]:
         if not fleets:
             fleets.append(fleet)
-        if now % 60 == 0 and (pair := fleet.window(now)) is not None:
-            first, last = pair
-            edges = (*TTFT_BUCKETS, np.inf)
-            increase = {e: b - a for e, a, b in zip(edges, first.ttft_buckets, last.ttft_buckets, strict=True)}
-            over = count_above(slo, increase) or 0.0
-            count = last.ttft_count - first.ttft_count
-            ttft, prompt = last.ttft_sum - first.ttft_sum, last.prompt_tokens_total - first.prompt_tokens_total
-            minutes.append((first.at, last.at, ttft, count, prompt, over))
+        if now % 60 == 0 and (counters := minute_counters(fleet, now)) is not None:
+            start, end = counters[0], counters[1]
+            minutes.append((*counters, (fleet.first_tokens_over(slo, now) or 0.0) * (end - start)))
         return signals(fleet, now)
 
     result = run(trace, model, replace(contender, signals=reading), base.initial, slo, timeline=False)
@@ -100,7 +95,7 @@ def measure(job: tuple[int, float | None]) -> Counted:
             continue
         tail = prefill_tail(slo, prompt / count / speed, sigma)
         shares = (miss_share(plain, slo, tail), miss_share(plain - overhead, slo, tail))
-        counted += count * np.array([*shares, min(shares[1], over / count)])
+        counted += count * np.array([*shares, min(shares[1], over_slo_share(over, count))])
         inside = (fleet.first_token > start) & (fleet.first_token <= end)
         firsts += float(count)
         judged += float((~met[inside]).sum())
