@@ -198,8 +198,11 @@ def sized_builtin(
         prompt_share=shares.mix,
         replica_share=shares.replica,
     )
-    note("load-testing the utilization at which a few replicas spend the budget's aim (simulations/sizing.py), ", "")
-    note("less the trace's typical rise within a cold start: ", "")
+    note(
+        "load-testing the utilization at which a few replicas spend the budget's aim (simulations/sizing.py), less "
+        "the trace's typical rise within a cold start: ",
+        "",
+    )
     start = load_test_utilization(model, trace, slo_ttft, slo_target)
     note(f"{start:.2f} of their compute", "\n")
     sized = with_error_budget(raw, model, slo_ttft, slo_target, trace, start)
