@@ -128,7 +128,7 @@ def with_error_budget(
 ) -> dict[str, Any]:
     """The built-in document (``builtin_document``) with the SLO it is sized for and predictive's block as the
     default runs it: the fleet a follower of its work (``utilization``: a replica's prefill and decode speeds, and
-    the utilization a load test of a few replicas starts from, ``start`` or ``load_test_utilization``'s), the
+    the utilization a load test of the fleet the trace needs starts from, ``start`` or ``load_test_utilization``'s), the
     utilization moved by the slo's error budget, whose misses are counted with ``model``'s idle prefill speed and
     request overhead and the spread of the trace's prompt lengths, or of the built-in lengths without a trace
     (``errorBudget``; docs/decisions/predictive-utilization.md). Only what that block uses is written: the
@@ -199,8 +199,8 @@ def sized_builtin(
         replica_share=shares.replica,
     )
     note(
-        "load-testing the utilization at which a few replicas spend the budget's aim (simulations/sizing.py), less "
-        "the trace's typical rise within a cold start: ",
+        "load-testing the utilization at which the fleet the trace needs spends the budget's aim "
+        "(simulations/sizing.py), less the trace's typical rise within a cold start: ",
         "",
     )
     start = load_test_utilization(model, trace, slo_ttft, slo_target)

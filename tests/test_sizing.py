@@ -327,8 +327,44 @@ def test_the_start_is_the_steady_load_tests_over_the_rise(monkeypatch: pytest.Mo
     """A follower orders for a rise a cold start before it serves it: the steady load test's utilization over one
     plus the trace's typical rise."""
     model = ReplicaModel()
-    trace = _minutes([round(100 * 1.1**m) for m in range(30)])
+    trace = _minutes([round(20 * 1.1**m) for m in range(30)])
+    rise = sizing.cold_start_rise
+    monkeypatch.setattr(sizing, "LOAD_TEST_S", 600.0)
     monkeypatch.setattr(sizing, "cold_start_rise", lambda *_: 0.0)
     steady = sizing.load_test_utilization(model, trace, 2.0, 0.99)
-    monkeypatch.undo()
+    monkeypatch.setattr(sizing, "cold_start_rise", rise)
     assert sizing.load_test_utilization(model, trace, 2.0, 0.99) == pytest.approx(steady / (1.1**5), rel=0.02)
+
+
+def test_the_typical_fleet_is_the_work_weighted_median_minute_over_the_utilization() -> None:
+    """Ten minutes of 60 requests and ten of 600, each request 1 s of prefill and 1 s of decode: 2 and 20 replicas
+    of work; the busy minutes carry 10/11 of the work, so the typical minute is theirs: 20 / 0.5 = 40 replicas."""
+    trace = _minutes([60] * 10 + [600] * 10)
+    assert list(sizing.minute_work(trace, 1000.0, 100.0)) == pytest.approx([2.0] * 10 + [20.0] * 10)
+    assert sizing.typical_fleet(trace, 1000.0, 100.0, 0.5) == 40
+    assert sizing.typical_fleet(trace, 1000.0, 100.0, 1.0) == 20
+    assert sizing.typical_fleet(_minutes([1]), 1000.0, 100.0, 0.5) == 1  # never fewer than one
+
+
+def test_the_start_is_load_tested_at_the_fleet_the_trace_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first test's fleet is ``LOAD_TEST_REPLICAS``; each next one is the fleet the trace's typical minute needs
+    at the utilization the last found, until one repeats. Replicas behind one router pool their bursts, so a trace
+    that needs more than the first test's fleet starts hotter than that test alone would have it."""
+    monkeypatch.setattr(sizing, "LOAD_TEST_S", 600.0)
+    monkeypatch.setattr(sizing, "cold_start_rise", lambda *_: 0.0)
+    model = ReplicaModel()
+    trace = _minutes([2400] * 20)  # 40 requests a second, some 50 replicas of work
+    fleets: list[int] = []
+    real = sizing.LoadTest.of.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[LoadTest], model: ReplicaModel, trace: Trace | None, replicas: int | None = None) -> LoadTest:
+        fleets.append(replicas or sizing.LOAD_TEST_REPLICAS)
+        return real(cls, model, trace, replicas)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(sizing.LoadTest, "of", classmethod(spy))
+    start = sizing.load_test_utilization(model, trace, 2.0, 0.99)
+    assert fleets[0] == sizing.LOAD_TEST_REPLICAS and len(fleets) in (2, 3) and fleets[1] > 30
+    decode = sizing.held_decode_tokens_per_s(model, trace)
+    assert fleets[-1] == sizing.typical_fleet(trace, model.prefill_tokens_per_s, decode, start) or len(fleets) == 3
+    monkeypatch.setattr(sizing, "START_TESTS", 1)
+    assert start > sizing.load_test_utilization(model, trace, 2.0, 0.99) * 1.05
