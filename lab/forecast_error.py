@@ -14,6 +14,12 @@ rate over the forecast), with the capacity that headroom holds over the whole fi
 (``provision``): what a fleet sized by that forecast pays. Windows whose forecasts read a window of no requests
 (a gap in the recording, ``lab.matrix.servegen_whole_days``), or one under ``GAP`` of the file's median
 rate (the few clients left while the rest were not recorded), are left out.
+
+A second table asks whether the headroom, not the forecast, can follow the time of day: the present times the
+90th percentile of the window-to-window rises the same hours (this window's, ``SHAPE_HOURS`` either side) of the
+last days held (``shaped``), scaled as each forecast is to cover the next window, against the present alone over
+the same windows. The last row reads every window of the last day: a headroom that follows the recent spread of
+the rises, not the hour.
 """
 
 from __future__ import annotations
@@ -58,6 +64,57 @@ def forecasts(rates: np.ndarray, lag: int, level: int) -> dict[str, np.ndarray] 
         return None
     actual, present, seasonal = (np.asarray(column) for column in zip(*rows, strict=True))
     return {"actual": actual, "present": present, "seasonal": seasonal, "larger": np.maximum(present, seasonal)}
+
+
+SHAPE_HOURS = 1.0  # the same hours as the next window: its own and an hour either side
+SHAPE_QUANTILE = 0.9  # of those hours' rises, the shape the headroom follows
+SHAPES = ((1, SHAPE_HOURS), (3, SHAPE_HOURS), (7, SHAPE_HOURS), (1, 12.0))  # days read back, hours either side
+
+
+def shaped(rates: np.ndarray, width: float, days: int, hours: float) -> dict[str, np.ndarray] | None:
+    """For every window ``t`` with ``days`` days before it: the next window's rate, the present (this window's), and
+    the present times ``SHAPE_QUANTILE`` of the rises from a window to the next over the same hours (``hours`` either
+    side of ``t``) of each of the last ``days`` days; windows that are or read a gap are left out, ``None`` where
+    none is left."""
+    least = GAP * float(np.median(rates))
+    day, spread = round(86_400.0 / width), round(hours * 3600.0 / width)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rises = np.where((rates[:-1] >= least) & (rates[1:] >= least), rates[1:] / rates[:-1], np.nan)
+    rows: list[tuple[float, float, float]] = []
+    for t in range(days * day + spread, len(rates) - 1):
+        if rates[t] < least or rates[t + 1] < least:
+            continue
+        past = np.concatenate(
+            [rises[t - d * day - spread : min(t - d * day + spread + 1, t)] for d in range(1, days + 1)]
+        )
+        if np.isnan(past).all():
+            continue
+        rows.append((rates[t + 1], rates[t], rates[t] * float(np.nanquantile(past, SHAPE_QUANTILE))))
+    if not rows:
+        return None
+    actual, present, shape = (np.asarray(column) for column in zip(*rows, strict=True))
+    return {"actual": actual, "present": present, "shaped": shape}
+
+
+def measure_shapes(rates: np.ndarray, width: float) -> list[str]:
+    """The second table: a row per history read and quantile, the present and the shaped headroom over the same
+    windows."""
+    lines = ["| hours read | covered | windows | present | shaped |", "|---|---|---|---|---|"]
+    for days, hours in SHAPES:
+        found = shaped(rates, width, days, hours)
+        if found is None:
+            continue
+        what = "the whole last day" if hours >= 12 else f"the same hours of the last {days} day{'s' * (days > 1)}"
+        for quantile in QUANTILES:
+            cells = [cover(found["actual"], found[name], quantile) for name in ("present", "shaped")]
+            best = min(c.provision for c in cells)
+            shown = [
+                f"{'**' if c.provision == best else ''}{c.headroom:.3f} / {c.provision:.3f}"
+                f"{'**' if c.provision == best else ''}"
+                for c in cells
+            ]
+            lines.append(f"| {what} | {quantile:.0%} | {len(found['actual'])} | " + " | ".join(shown) + " |")
+    return lines
 
 
 def cover(actual: np.ndarray, forecast: np.ndarray, quantile: float) -> Cover:
@@ -130,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.trace}: {exc}", file=sys.stderr)
         return 2
     lines = measure(rates, width, tuple(3600 * h for h in args.level_hours))
-    print("\n".join(lines))
+    shapes = measure_shapes(rates, width)
+    print("\n".join([*lines, "", *shapes]))
     if args.report:
         body = [
             f"Trace: `{args.trace.name}`, {len(rates)} windows of {width:g} s. Each cell: the headroom the forecast "
@@ -140,10 +198,16 @@ def main(argv: list[str] | None = None) -> int:
             "of the two (the module's docstring says how).",
             "",
             *lines,
+            "",
+            "A headroom that follows the time of day: `shaped` is the present times the 90th percentile of the "
+            "window-to-window rises over the same hours (this window's and an hour either side) of the last days, "
+            "or over the whole last day; each cell as above, the present alone over the same windows beside it.",
+            "",
+            *shapes,
         ]
         given = sys.argv[1:] if argv is None else argv
         command = " ".join(["python -m lab.forecast_error", *given])
-        written = write_dated(args.report, "forecast-error", "Seasonal forecasts", command, body)
+        written = write_dated(args.report, "forecast-error", "Seasonal forecasts and headrooms", command, body)
         print(f"wrote {written}", file=sys.stderr)
     return 0
 

@@ -1,4 +1,4 @@
-"""The seasonal forecast's measurement (``simulations/forecast_error.py``)."""
+"""The seasonal forecast's and the shaped headroom's measurement (``lab/forecast_error.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab.forecast_error import cover, forecasts, main, measure
+from lab.forecast_error import cover, forecasts, main, measure, shaped
 
 DAY = 144  # 10-minute windows
 
@@ -69,6 +69,7 @@ def test_the_command_writes_a_dated_report(tmp_path: Path, capsys: pytest.Captur
     text = report.read_text()
     assert "python -m lab.forecast_error --trace" in text and "Machine:" in text
     assert text.count("| a day |") == 6
+    assert text.count("| the same hours of the last 1 day |") == 2 and "| the whole last day |" in text
     capsys.readouterr()
     (tmp_path / "one.csv").write_text("window_start_s,rate\n0,1\n")
     (tmp_path / "words.csv").write_text("window_start_s,rate\nnoon,1\n")
@@ -81,3 +82,22 @@ def test_the_command_writes_a_dated_report(tmp_path: Path, capsys: pytest.Captur
             main(["--trace", str(trace), "--level-hours", hours])
         assert exit_.value.code == 2
         assert "expected a finite number of hours above 0" in capsys.readouterr().err
+
+
+def test_a_headroom_that_follows_the_hours_pays_where_the_rises_keep_their_hour() -> None:
+    """Each day rises 10 % a window for two hours at the same time, then falls back: the present needs the rise's
+    headroom in every window, the shaped headroom only in those hours."""
+    ramp = np.ones(DAY)
+    ramp[60:72] = 1.1 ** np.arange(1, 13)
+    found = shaped(_days(ramp, 4, noise=0.005), 600.0, 1, 1.0)
+    assert found is not None
+    present, shape = cover(found["actual"], found["present"], 0.95), cover(found["actual"], found["shaped"], 0.95)
+    assert present.headroom > 0.09 and shape.headroom < 0.03
+    assert shape.provision < present.provision - 0.05
+
+
+def test_a_headroom_with_no_day_before_it_or_only_gaps_has_no_row() -> None:
+    assert shaped(np.ones(DAY), 600.0, 1, 1.0) is None
+    gapped = np.ones(3 * DAY)
+    gapped[DAY : 2 * DAY] = 0.0  # a day not recorded: its windows, and the next day's read of it, are left out
+    assert shaped(gapped, 600.0, 1, 0.0) is None
