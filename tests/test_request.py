@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+import simulations.request
 from autoscaler.cli import main
 from policies.policy_file import parse_policy_document
 from simulations.builtin import builtin_document
 from simulations.replica_model import ReplicaModel
-from simulations.request import SimulationRequest, chosen_policy, simulate
+from simulations.request import SimulationRequest, chosen_policy, resolve, simulate
+from simulations.traces import Trace
 
 
 def test_a_request_is_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,3 +68,20 @@ def test_without_numba_the_simulation_says_it_runs_uncompiled(monkeypatch: pytes
     monkeypatch.setattr("simulations.request.COMPILED", False)
     simulate(SimulationRequest(time_scale=8.0, policies=("threshold",)), lambda text, end: notes.append(text))
     assert any("numba is not installed" in n and "vllm-autoscaler[sim]" in n for n in notes)
+
+
+def test_the_builtin_workload_is_sized_for_the_trace_as_it_is_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At ``--time-scale 24`` a day runs in an hour: the rise within a cold start and the fleet the start is
+    load-tested at are of the hour, so the sizing reads the trace already scaled, the one the run replays."""
+    sized: list[float] = []
+    real = simulations.request.sized_builtin
+
+    def spy(model: ReplicaModel, trace: Trace, *args: Any, **kwargs: Any) -> Any:
+        sized.append(trace.duration_s)
+        return real(model, trace, *args, **kwargs)
+
+    monkeypatch.setattr(simulations.request, "sized_builtin", spy)
+    whole = resolve(SimulationRequest(), 2.0, 0.99)[1]
+    _, trace, _, _ = resolve(SimulationRequest(time_scale=24.0), 2.0, 0.99)
+    assert trace.duration_s == pytest.approx(whole.duration_s / 24)
+    assert sized == [pytest.approx(whole.duration_s), pytest.approx(trace.duration_s)]
