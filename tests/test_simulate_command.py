@@ -82,9 +82,10 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
     settings = runs["predictive"]["settings"]
     # Where the run ended: the utilization the budget moved it to, and the share of the day's budget spent.
     learned, used = settings.pop("learnedUtilization"), settings.pop("budgetUsed")
-    # The start: the steady load test's share over the eightfold day's rise within its 600 s cold start.
+    # The start: the steady load test's share over the eightfold day's rise within its 600 s cold start (about 2.5
+    # times: its surges and its morning, eight times as steep), far cooler than the day's own 0.51.
     start = settings["utilization"]["start"]
-    assert 0.05 <= learned <= 1.0 and used >= 0 and 0.3 < start < 0.7
+    assert 0.05 <= learned <= 1.0 and used >= 0 and 0.1 < start < 0.3
     assert settings == {
         "type": "predictive",
         "tolerance": 0.1,
