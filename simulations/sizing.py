@@ -153,19 +153,20 @@ def load_test_utilization(model: ReplicaModel, trace: Trace | None, slo_ttft: fl
     router pool their bursts, so a larger fleet uses more of its compute: on the Azure conversation hour 0.49 at 8
     replicas, 0.55 at 16, 0.58 at 24, and the hour needs about 20 (docs/decisions/predictive-utilization.md)."""
     decode = held_decode_tokens_per_s(model, trace)
+    work = None if trace is None else minute_work(trace, model.prefill_tokens_per_s, decode)
     fleet, tested = LOAD_TEST_REPLICAS, set()
     while True:
         test = LoadTest.of(model, trace, fleet)
         rate = sustained_rate(test, model, slo_ttft, 1 - AIM * (1 - slo_target))
-        work = float(np.mean(test.prompts / model.prefill_tokens_per_s + test.outputs / decode))
-        steady = rate * work / test.fleet
+        each = float(np.mean(test.prompts / model.prefill_tokens_per_s + test.outputs / decode))
+        steady = rate * each / test.fleet
         tested.add(fleet)
-        if trace is None or steady <= 0 or len(tested) == START_TESTS:  # none met: no fleet to size
+        if work is None or steady <= 0 or len(tested) == START_TESTS:  # none met: no fleet to size
             break
-        fleet = typical_fleet(trace, model.prefill_tokens_per_s, decode, steady)
+        fleet = typical_fleet(work, steady)
         if fleet in tested:
             break
-    rise = 0.0 if trace is None else cold_start_rise(trace, model.cold_start_s, model.prefill_tokens_per_s, decode)
+    rise = 0.0 if work is None else cold_start_rise(work, model.cold_start_s)
     return float(min(max(steady / (1 + rise), 0.01), 1.0))
 
 
@@ -186,25 +187,22 @@ def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     return float(values[order][min(middle, len(order) - 1)])
 
 
-def typical_fleet(trace: Trace, prefill_tokens_per_s: float, decode_tokens_per_s: float, utilization: float) -> int:
-    """The replicas the trace's typical minute needs at ``utilization``: the work-weighted median of its minutes'
-    work (``minute_work``: where most of its requests are served), over ``utilization``, rounded up; at least one."""
-    work = minute_work(trace, prefill_tokens_per_s, decode_tokens_per_s)
+def typical_fleet(work: np.ndarray, utilization: float) -> int:
+    """The replicas a trace's typical minute needs at ``utilization``: the work-weighted median of its minutes'
+    ``work`` (``minute_work``: where most of its requests are served), over ``utilization``, rounded up; at least
+    one."""
     if not work.any():
         return 1
     return max(1, math.ceil(weighted_median(work, work) / utilization - 1e-9))
 
 
-def cold_start_rise(
-    trace: Trace, cold_start_s: float, prefill_tokens_per_s: float, decode_tokens_per_s: float
-) -> float:
-    """The traffic's typical rise within a cold start: over the trace's minutes, weighted by their work
+def cold_start_rise(work: np.ndarray, cold_start_s: float) -> float:
+    """The traffic's typical rise within a cold start: over a trace's minutes, weighted by their ``work``
     (``minute_work``), the median of the most work in a minute of the cold start that follows a minute over that
     minute's work, less one; never below 0. The budget's learner handles the rises beyond it. Worked example: the
     Azure conversation hour rises 10 % within 300 s, within 60 s not at all; two diurnal days of ServeGen's rates 9 %
     (tests/test_sizing.py)."""
     ahead = max(1, math.ceil(cold_start_s / 60))
-    work = minute_work(trace, prefill_tokens_per_s, decode_tokens_per_s)
     if len(work) <= ahead:
         return 0.0
     now = work[:-ahead]

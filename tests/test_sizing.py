@@ -320,7 +320,8 @@ def _minutes(counts: list[int]) -> Trace:
     ],
 )
 def test_the_typical_rise_within_a_cold_start(counts: list[int], cold_start: float, rise: float) -> None:
-    assert sizing.cold_start_rise(_minutes(counts), cold_start, 1000.0, 100.0) == pytest.approx(rise, abs=0.01)
+    work = sizing.minute_work(_minutes(counts), 1000.0, 100.0)
+    assert sizing.cold_start_rise(work, cold_start) == pytest.approx(rise, abs=0.01)
 
 
 def test_the_start_is_the_steady_load_tests_over_the_rise(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -341,9 +342,10 @@ def test_the_typical_fleet_is_the_work_weighted_median_minute_over_the_utilizati
     of work; the busy minutes carry 10/11 of the work, so the typical minute is theirs: 20 / 0.5 = 40 replicas."""
     trace = _minutes([60] * 10 + [600] * 10)
     assert list(sizing.minute_work(trace, 1000.0, 100.0)) == pytest.approx([2.0] * 10 + [20.0] * 10)
-    assert sizing.typical_fleet(trace, 1000.0, 100.0, 0.5) == 40
-    assert sizing.typical_fleet(trace, 1000.0, 100.0, 1.0) == 20
-    assert sizing.typical_fleet(_minutes([1]), 1000.0, 100.0, 0.5) == 1  # never fewer than one
+    work = sizing.minute_work(trace, 1000.0, 100.0)
+    assert sizing.typical_fleet(work, 0.5) == 40
+    assert sizing.typical_fleet(work, 1.0) == 20
+    assert sizing.typical_fleet(sizing.minute_work(_minutes([1]), 1000.0, 100.0), 0.5) == 1  # never fewer than one
 
 
 def test_the_start_is_load_tested_at_the_fleet_the_trace_needs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -365,6 +367,7 @@ def test_the_start_is_load_tested_at_the_fleet_the_trace_needs(monkeypatch: pyte
     start = sizing.load_test_utilization(model, trace, 2.0, 0.99)
     assert fleets[0] == sizing.LOAD_TEST_REPLICAS and len(fleets) in (2, 3) and fleets[1] > 30
     decode = sizing.held_decode_tokens_per_s(model, trace)
-    assert fleets[-1] == sizing.typical_fleet(trace, model.prefill_tokens_per_s, decode, start) or len(fleets) == 3
+    work = sizing.minute_work(trace, model.prefill_tokens_per_s, decode)
+    assert fleets[-1] == sizing.typical_fleet(work, start) or len(fleets) == 3
     monkeypatch.setattr(sizing, "START_TESTS", 1)
     assert start > sizing.load_test_utilization(model, trace, 2.0, 0.99) * 1.05
