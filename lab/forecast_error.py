@@ -106,13 +106,7 @@ def measure_shapes(rates: np.ndarray, width: float) -> list[str]:
             continue
         what = "the whole last day" if hours >= 12 else f"the same hours of the last {days} day{'s' * (days > 1)}"
         for quantile in QUANTILES:
-            cells = [cover(found["actual"], found[name], quantile) for name in ("present", "shaped")]
-            best = min(c.provision for c in cells)
-            shown = [
-                f"{'**' if c.provision == best else ''}{c.headroom:.3f} / {c.provision:.3f}"
-                f"{'**' if c.provision == best else ''}"
-                for c in cells
-            ]
+            shown = shown_cells([cover(found["actual"], found[name], quantile) for name in ("present", "shaped")])
             lines.append(f"| {what} | {quantile:.0%} | {len(found['actual'])} | " + " | ".join(shown) + " |")
     return lines
 
@@ -121,6 +115,13 @@ def cover(actual: np.ndarray, forecast: np.ndarray, quantile: float) -> Cover:
     """The headroom over ``forecast`` that covers ``actual`` in ``quantile`` of windows, and what it holds."""
     multiplier = float(np.quantile(actual / forecast, quantile))
     return Cover(multiplier - 1, multiplier * float(forecast.sum()) / float(actual.sum()))
+
+
+def shown_cells(cells: list[Cover]) -> list[str]:
+    """A row's cells as the tables show them: headroom / provision, the cheapest in bold."""
+    best = min(c.provision for c in cells)
+    bold = ["**" if c.provision == best else "" for c in cells]
+    return [f"{b}{c.headroom:.3f} / {c.provision:.3f}{b}" for b, c in zip(bold, cells, strict=True)]
 
 
 def read_rates(path: Path) -> tuple[np.ndarray, float]:
@@ -148,13 +149,7 @@ def measure(rates: np.ndarray, width: float, levels: tuple[float, ...]) -> list[
             if found is None:
                 continue
             for quantile in QUANTILES:
-                cells = [cover(found["actual"], found[name], quantile) for name in FORECASTS]
-                best = min(c.provision for c in cells)
-                shown = [
-                    f"{'**' if c.provision == best else ''}{c.headroom:.3f} / {c.provision:.3f}"
-                    f"{'**' if c.provision == best else ''}"
-                    for c in cells
-                ]
+                shown = shown_cells([cover(found["actual"], found[name], quantile) for name in FORECASTS])
                 lines.append(
                     f"| {lag_name} | {level_seconds / 3600:g} h | {quantile:.0%} | {len(found['actual'])} | "
                     + " | ".join(shown)
