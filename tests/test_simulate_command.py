@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -309,6 +311,22 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+@contextmanager
+def _deliverable(sent: signal.Signals) -> Iterator[None]:
+    """``sent`` neither ignored nor blocked in what a process started here inherits (a shell leaves Ctrl-C
+    ignored in a background job, and an earlier test in this process may leave it so): as from a terminal."""
+    ignored = signal.getsignal(sent) == signal.SIG_IGN
+    if ignored:
+        signal.signal(sent, signal.default_int_handler if sent == signal.SIGINT else signal.SIG_DFL)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, [sent])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if ignored:
+            signal.signal(sent, signal.SIG_IGN)
+
+
 @pytest.mark.parametrize(
     ("sent", "code", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
 )
@@ -328,9 +346,10 @@ def test_a_stopped_simulation_leaves_no_worker_behind(
         *("--window", ":1d", "--rate-scale", "0.001"),
         *("--tune", "--jobs", "2", "-q"),
     ]
-    process = subprocess.Popen(
-        command, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    with _deliverable(sent):
+        process = subprocess.Popen(
+            command, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     try:
         workers = wait_for(lambda: _children(process.pid), 120, "the simulation's worker processes")
         assert len(workers) <= 2
