@@ -9,10 +9,11 @@ runs out the newest running request is preempted: its blocks are freed and it wa
 queue to be prefilled again, prompt and generated tokens together. The first token comes when the engine step
 that completes the prefill ends. The KV-cache usage gauge shows the blocks in use.
 
-Running requests live in flat numpy arrays, in their order of admission on each replica, which one
-compiled pass a step advances (``engine.engine_step``); the fleet owns them (``_admit`` and ``_keep`` make
-new ones), so a step updates them in place. Metrics are exposed as Prometheus would see them: gauges and
-counters scraped every ``scrape_interval_s`` from the replicas that are up.
+Running requests live in preallocated columns (``engine.RunningColumns``), in their order of admission on each
+replica, which compiled passes update in place: a step's admissions are written into them (``engine.admit``), its
+engine steps advance them (``engine.engine_step``), its first tokens and finished requests are recorded
+(``engine.settle``) and those that leave compacted away (``engine.compact``). Metrics are exposed as Prometheus
+would see them: gauges and counters scraped every ``scrape_interval_s`` from the replicas that are up.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from policies.histogram import PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS, count_above, histogram_quantile, lognormal_spread
 from policies.metric_names import PROMPT_SPREAD_WINDOW_S
-from simulations.engine import engine_step
+from simulations.engine import RUNNING_CAPACITY, RunningColumns, admit, compact, engine_step, settle
 from simulations.replica_model import ReplicaModel
 from simulations.traces import Trace, held_prefix
 
@@ -141,14 +142,11 @@ class Fleet:
         self.replicas: list[Replica] = []  # every replica ever created; index = position
         self.live: list[Replica] = []  # those not removed yet
         self.round_robin = 0
-        # Running requests, one entry each, in their order of admission on each replica.
-        self.r_rep = np.zeros(0, dtype=np.int64)
-        self.r_req = np.zeros(0, dtype=np.int64)
-        self.r_pre = np.zeros(0)
-        self.r_dec = np.zeros(0)
-        self.r_start = np.zeros(0)
-        self.r_ctx = np.zeros(0)  # tokens held in the KV cache (blocks are reserved for the prompt on admission)
-        self.r_chunk = np.zeros(0)  # prompt tokens in the engine step under way on its replica
+        # Running requests, one entry each, in their order of admission on each replica: ``n_running`` of them, the
+        # first ``n_running`` entries of columns that grow by doubling (``r_rep`` and the others are those entries).
+        self.n_running = 0
+        self._columns = RunningColumns.empty(RUNNING_CAPACITY)
+        self._view()
         self.step_end = np.zeros(0)  # when each replica's engine step under way ends (by index)
         self._kv: np.ndarray | None = None  # ``kv_used()`` until the running requests or their contexts change
         self.prompt_tokens_total = 0.0
@@ -232,7 +230,7 @@ class Fleet:
         if mine.any():
             self.dropped[self.r_req[mine]] = True
             self.left += int(mine.sum())
-            self._keep(~mine)
+            self._drop(mine)
         for req in replica.waiting:
             self.dropped[req] = True
         self.left += len(replica.waiting)
@@ -240,10 +238,16 @@ class Fleet:
         replica.running = 0
         self._remove(replica, now)
 
-    def _keep(self, mask: np.ndarray) -> None:
-        self.r_rep, self.r_req = self.r_rep[mask], self.r_req[mask]
-        self.r_pre, self.r_dec, self.r_start = self.r_pre[mask], self.r_dec[mask], self.r_start[mask]
-        self.r_ctx, self.r_chunk = self.r_ctx[mask], self.r_chunk[mask]
+    def _view(self) -> None:
+        """``r_rep`` and the others: the running requests' entries of the columns (views, updated in place)."""
+        n, c = self.n_running, self._columns
+        self.r_rep, self.r_req, self.r_pre, self.r_dec = c.rep[:n], c.req[:n], c.pre[:n], c.dec[:n]
+        self.r_start, self.r_ctx, self.r_chunk = c.start[:n], c.ctx[:n], c.chunk[:n]
+
+    def _drop(self, mask: np.ndarray) -> None:
+        """Take the running requests ``mask`` marks out, the others kept in their order."""
+        self.n_running = compact(mask, *self._columns)
+        self._view()
         self._kv = None
 
     def kv_used(self) -> np.ndarray:
@@ -338,20 +342,13 @@ class Fleet:
                 cached = self._reuse_prefix(self.replicas[rep], req)
                 self.computed[req] = max(self.prompt[req] - cached, 1.0)
                 self.to_prefill[req] = self.computed[req]
-        idx = np.asarray(reqs, dtype=np.int64)
-        # A request that reaches its replica inside the step is admitted then, not at the step's start.
-        start = np.maximum(self.engine_arrival[idx], now)
-        first = np.isnan(self.admitted[idx])
-        self.admitted[idx[first]] = start[first]
-        rep_idx = np.asarray(reps, dtype=np.int64)
-        self.served_by[idx] = rep_idx
-        self.r_rep = np.concatenate([self.r_rep, rep_idx])
-        self.r_req = np.concatenate([self.r_req, idx])
-        self.r_pre = np.concatenate([self.r_pre, self.to_prefill[idx]])
-        self.r_dec = np.concatenate([self.r_dec, self.to_decode[idx]])
-        self.r_start = np.concatenate([self.r_start, start])
-        self.r_ctx = np.concatenate([self.r_ctx, self.context[idx]])
-        self.r_chunk = np.concatenate([self.r_chunk, np.zeros(len(idx))])
+        if self.n_running + len(reqs) > len(self._columns.rep):
+            self._columns = self._columns.grown(self.n_running, self.n_running + len(reqs))
+        self.n_running = admit(
+            np.asarray(reps, dtype=np.int64), np.asarray(reqs, dtype=np.int64), now, self.n_running, *self._columns,
+            self.to_prefill, self.to_decode, self.context, self.engine_arrival, self.admitted, self.served_by,
+        )  # fmt: skip
+        self._view()
         self._kv = None
 
     def _reuse_prefix(self, replica: Replica, req: int) -> float:
@@ -426,28 +423,23 @@ class Fleet:
             self.step_end, len(self.replicas), *self._engine,
         )  # fmt: skip
         self.generation_tokens_total += generated
-        if len(done):
-            self._first_tokens(self.r_req[done], now + frac * model.step_s)
-        if leaving.any():
-            self._leave(leaving, end)
+        ttft, prompts, left, left_prompts = settle(
+            done, frac, leaving, now, model.step_s, end, self.r_rep, self.r_req,
+            self.preempted, self.first_token, self.arrival, self.prompt, self.finished,
+        )  # fmt: skip
+        if len(ttft):  # counted in vLLM's TTFT histogram and token counters (cached prompt tokens included)
+            self._ttfts.append(ttft)
+            self.ttft_sum += float(ttft.sum())
+            self.prompt_tokens_total += float(prompts.sum())
+            self.generation_tokens_total += float(len(ttft))
+        if len(left):  # their batch slots and KV cache are free; vLLM counts their prompts in its histogram
+            self._finished_prompts.append(left_prompts)
+            self.left += len(left)
+            for rep in left.tolist():
+                self.replicas[rep].running -= 1
+            self._drop(leaving)
         self._kv = kv
         self._preempt_overflow()
-
-    def _first_tokens(self, reqs: np.ndarray, at: np.ndarray) -> None:
-        """The prefill of ``reqs`` completes at ``at``: a first token for each, counted in vLLM's TTFT histogram
-        and token counters (its prompt tokens among them, cached ones included, as vLLM counts them when the first
-        token comes), unless the request was preempted after its first token and prefilled again."""
-        fresh = ~self.preempted[reqs]
-        if not fresh.all():
-            reqs, at = reqs[fresh], at[fresh]
-            if not len(reqs):
-                return
-        self.first_token[reqs] = at
-        ttft = at - self.arrival[reqs]
-        self._ttfts.append(ttft)
-        self.ttft_sum += float(ttft.sum())
-        self.prompt_tokens_total += float(self.prompt[reqs].sum())
-        self.generation_tokens_total += float(len(reqs))
 
     def _preempt_overflow(self) -> None:
         """Where a replica's running requests hold more KV blocks than its cache has, preempt the newest
@@ -459,7 +451,7 @@ class Fleet:
             return
         over = np.flatnonzero(kv > model.kv_cache_tokens + 1e-9)
         held = model.blocks(self.r_ctx)
-        keep = np.ones(len(self.r_rep), dtype=bool)
+        drop = np.zeros(len(self.r_rep), dtype=bool)
         for rep in over.tolist():
             replica = self.replicas[rep]
             mine = np.flatnonzero(self.r_rep == rep)
@@ -469,7 +461,7 @@ class Fleet:
                     break
                 req = int(self.r_req[k])
                 total -= float(held[k])
-                keep[k] = False
+                drop[k] = True
                 replica.running -= 1
                 replica.waiting.appendleft(req)
                 self.preemptions += 1
@@ -478,18 +470,7 @@ class Fleet:
                     self.preempted[req] = True
                     self.context[req] = self.to_prefill[req] = float(self.r_ctx[k])
                     self.to_decode[req] = float(self.r_dec[k])
-        self._keep(keep)
-
-    def _leave(self, finished: np.ndarray, end: float) -> None:
-        """The ``finished`` requests free their replicas' batch slots and KV cache at ``end``; vLLM counts
-        their prompts in ``vllm:request_prompt_tokens`` then."""
-        done = self.r_req[finished]
-        self.finished[done] = end
-        self._finished_prompts.append(self.prompt[done])
-        self.left += len(done)
-        for rep in self.r_rep[finished].tolist():
-            self.replicas[rep].running -= 1
-        self._keep(~finished)
+        self._drop(drop)
 
     # -- what Prometheus sees ---------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any
 from policies.policy_file import PolicyFile, Workload
 from simulations.clairvoyant import FOLLOWERS, cheapest_follower
 from simulations.contenders import keda_contender, policy_contender, policy_variant
+from simulations.engine import warm
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult, run
 from simulations.traces import Trace
@@ -132,6 +133,7 @@ def run_jobs(
     if workers < 2:
         return _collect(jobs, (_job(job, shared) for job in jobs), tick, first_decides)
     global _SHARED, _STOP
+    warm()  # compiled here once, inherited by the workers
     context = mp.get_context("fork")
     _SHARED, _STOP = shared, context.Event()
     pool = ProcessPoolExecutor(workers, context, initializer=_leave_interrupts_to_the_parent)

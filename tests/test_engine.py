@@ -1,13 +1,15 @@
 """The replicas' engines (``simulations.engine``): whole engine steps while prompts wait, each taking one token
 of every decoding sequence and chunks of the prompts first come, first served within its token budget, its
-tokens out when it ends; decoding alone at the batch's and the context's cost; the same compiled or not."""
+tokens out when it ends; decoding alone at the batch's and the context's cost; the same compiled or not. The
+running requests' columns: admission writes into them, a step's first tokens and finished requests are recorded,
+those that leave are compacted away, in order."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from simulations.engine import COMPILED, engine_step
+from simulations.engine import COMPILED, RunningColumns, admit, compact, engine_step, settle
 from simulations.replica_model import ReplicaModel
 
 MODEL = ReplicaModel()
@@ -197,3 +199,106 @@ def test_without_a_writable_cache_the_step_is_compiled_all_the_same(monkeypatch:
                     np.zeros(1), np.full(1, -np.inf), 1, *CONSTANTS)  # fmt: skip
     held = dict(zip(step.__code__.co_freevars, (cell.cell_contents for cell in step.__closure__ or ()), strict=True))
     assert done.tolist() == [0] and type(held["dispatcher"]).__name__ == "CPUDispatcher"  # compiled, uncached
+
+
+def test_admission_writes_after_the_running_and_records_the_first_admission_alone() -> None:
+    """Two requests admitted at 10 s behind one running: the one that reaches its replica at 10.4 s is admitted
+    then, not at the step's start; a request preempted before keeps its first admission (at 3 s)."""
+    columns = RunningColumns.empty(4)
+    columns.req[0], columns.rep[0] = 7, 1
+    to_prefill, to_decode, context = (
+        np.array([0.0, 300.0, 50.0]),
+        np.array([0.0, 20.0, 9.0]),
+        np.array([0.0, 300.0, 80.0]),
+    )
+    engine_arrival, admitted, served_by = np.array([0.0, 10.4, 2.0]), np.array([np.nan, np.nan, 3.0]), np.full(3, -1)
+    running = admit(np.array([0, 2]), np.array([1, 2]), 10.0, 1, *columns, to_prefill, to_decode, context,
+                    engine_arrival, admitted, served_by)  # fmt: skip
+    assert running == 3
+    assert columns.req[:3].tolist() == [7, 1, 2] and columns.rep[:3].tolist() == [1, 0, 2]
+    assert columns.start[1:3].tolist() == [10.4, 10.0] and admitted[1:].tolist() == [10.4, 3.0]
+    assert columns.pre[1:3].tolist() == [300.0, 50.0] and columns.ctx[1:3].tolist() == [300.0, 80.0]
+    assert columns.dec[1:3].tolist() == [20.0, 9.0] and served_by.tolist() == [-1, 0, 2]
+
+
+def test_the_columns_compact_in_order_and_grow_with_what_they_hold() -> None:
+    columns = RunningColumns.empty(2)
+    columns.req[:2] = [5, 6]
+    grown = columns.grown(2, 3)
+    assert len(grown.req) == 4 and grown.req[:2].tolist() == [5, 6]
+    grown.req[:4] = [5, 6, 8, 9]
+    grown.ctx[:4] = [1.0, 2.0, 3.0, 4.0]
+    kept = compact(np.array([False, True, False, False]), *(c[:4] for c in grown))
+    assert kept == 3 and grown.req[:3].tolist() == [5, 8, 9] and grown.ctx[:3].tolist() == [1.0, 3.0, 4.0]
+
+
+def test_settling_a_step_counts_fresh_first_tokens_and_the_requests_that_leave() -> None:
+    """Of two prompts done at 0.25 and 0.5 of a 2 s step from 10 s, the one preempted after its first token
+    (request 1) has none again; request 0's first token is at 10.5 s, 10.5 - 9 after it arrived. Request 2
+    leaves at the step's end, its replica and prompt returned."""
+    rep, req = np.array([0, 1, 1]), np.array([0, 1, 2])
+    preempted, first_token = np.array([False, True, False]), np.array([np.nan, 4.0, 3.0])
+    arrival, prompt, finished = np.array([9.0, 1.0, 0.5]), np.array([100.0, 200.0, 300.0]), np.full(3, np.nan)
+    ttft, prompts, left, left_prompts = settle(np.array([0, 1]), np.array([0.25, 0.5]), np.array([False, False, True]),
+                                               10.0, 2.0, 12.0, rep, req, preempted, first_token, arrival, prompt,
+                                               finished)  # fmt: skip
+    assert ttft.tolist() == [1.5] and prompts.tolist() == [100.0] and first_token.tolist() == [10.5, 4.0, 3.0]
+    assert left.tolist() == [1] and left_prompts.tolist() == [300.0] and finished[2] == 12.0
+
+
+@pytest.mark.skipif(not COMPILED, reason="numba is not installed: only the interpreted passes run")
+def test_the_compiled_columns_passes_are_the_interpreted_ones() -> None:
+    """Admission, settling and compaction, compiled and interpreted, on random columns: the same figures."""
+    rng = np.random.default_rng(5)
+    requests = 1000
+    for _ in range(30):
+        n, m = int(rng.integers(0, 300)), int(rng.integers(0, 40))
+        base = RunningColumns.empty(n + m)
+        for column in base:
+            column[:] = rng.integers(0, requests, n + m) if column.dtype == np.int64 else rng.random(n + m)
+        per_request = [rng.random(requests) * 100 for _ in range(5)]  # prefill, decode, context, arrival, prompt
+        admitted = np.where(rng.random(requests) < 0.5, np.nan, 1.0)
+        reps, reqs = rng.integers(0, 20, m), rng.choice(requests, m, replace=False)
+        drop, preempted = rng.random(n + m) < 0.3, rng.random(requests) < 0.2
+        done = rng.choice(n + m, min(n + m, 5), replace=False).astype(np.int64)
+        frac = rng.random(len(done))
+        outcomes = []
+        for passes in ((admit, settle, compact), (admit.__wrapped__, settle.__wrapped__, compact.__wrapped__)):
+            columns = RunningColumns(*(c.copy() for c in base))
+            prefill, decode, context, arrival, prompt = (a.copy() for a in per_request)
+            first, served, first_token, finished = (
+                admitted.copy(),
+                np.full(requests, -1),
+                *np.full((2, requests), np.nan),
+            )
+            running = passes[0](reps, reqs, 5.0, n, *columns, prefill, decode, context, arrival, first, served)
+            settled = passes[1](done, frac, drop, 5.0, 1.0, 6.0, columns.rep[:running], columns.req[:running],
+                                preempted, first_token, arrival, prompt, finished)  # fmt: skip
+            kept = passes[2](drop, *(c[:running] for c in columns))
+            outcomes.append([running, kept, *settled, *columns, first, served, first_token, finished])
+        for compiled, interpreted in zip(*outcomes, strict=True):
+            np.testing.assert_array_equal(compiled, interpreted)
+
+
+@pytest.mark.skipif(not COMPILED, reason="numba is not installed: nothing is compiled")
+def test_warming_compiles_what_a_fleets_steps_call() -> None:
+    """``warm`` (before ``simulate`` forks its workers) compiles the step and each pass for the types a fleet calls
+    them with: a fleet's steps after it add no compiled version, so a forked worker compiles nothing."""
+    from simulations.engine import warm
+    from simulations.fleet import Fleet
+    from tests.helpers import poisson_trace
+
+    def versions() -> list[int]:
+        held = []
+        for function in (engine_step, admit, settle, compact):
+            cells = dict(zip(function.__code__.co_freevars, function.__closure__ or (), strict=True))
+            held.append(len(cells["dispatcher"].cell_contents.signatures))
+        return held
+
+    warm()
+    warmed = versions()
+    fleet = Fleet(ReplicaModel(kv_cache_tokens=20_000), poisson_trace(3.0, 200, 900, 60), 2)
+    for second in range(120):
+        fleet.step(float(second))
+    assert fleet.preemptions > 0 and np.isfinite(fleet.finished).any()  # every pass has been called
+    assert versions() == warmed

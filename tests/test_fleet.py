@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from simulations.engine import RUNNING_CAPACITY
 from simulations.fleet import Fleet
 from simulations.replica_model import ReplicaModel
 from simulations.runner import slo_met
@@ -66,6 +67,20 @@ def test_a_full_cache_preempts_the_newest_and_loses_nothing() -> None:
     assert fleet.generation_tokens_total == pytest.approx(float(trace.output_tokens.sum()))
     assert fleet.prompt_tokens_total == pytest.approx(float(trace.prompt_tokens.sum()))
     assert fleet.ttft_counts.sum() == 6
+
+
+def test_more_running_than_the_columns_first_hold_all_finish_once() -> None:
+    """Three times ``RUNNING_CAPACITY`` requests at once on four replicas that hold them all: the running
+    requests' columns grow as admission fills them, and every request has one first token and finishes."""
+    n = 3 * RUNNING_CAPACITY
+    model = ReplicaModel(max_num_seqs=n, kv_cache_tokens=1e9)
+    trace = Trace("wide", np.zeros(n), np.full(n, 20), np.full(n, 5))
+    fleet = Fleet(model, trace, 4)
+    fleet.step(0.0)
+    assert fleet.n_running == n and len(fleet.r_req) == n and sorted(fleet.r_req.tolist()) == list(range(n))
+    drain(fleet)
+    assert np.isfinite(fleet.finished).all() and (fleet.first_token <= fleet.finished).all()
+    assert fleet.ttft_counts.sum() == n and fleet.generation_tokens_total == pytest.approx(5.0 * n)
 
 
 @pytest.mark.parametrize("drain", [True, False])
