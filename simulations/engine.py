@@ -1,12 +1,16 @@
-"""One step of every replica's engine over a fleet's running requests, compiled by numba where it is installed
-(the ``[sim]`` extra): the one loop the simulator makes every simulated second, over some hundreds of running
-requests, where numpy's fixed cost per call had been most of a step (docs/decisions/simulator-speed.md).
-Without numba the interpreter runs the same code, three to four times slower (the built-in day: 19 s against 4.6)."""
+"""The simulator's compiled part, by numba where it is installed (the ``[sim]`` extra): one step of every
+replica's engine over a fleet's running requests (``engine_step``), the passes that keep the running requests'
+columns (``admit``, ``settle``, ``compact``), and the fleet's seconds around them over its state in arrays
+(``FleetArrays``; ``run_steps``: routing, admission, preemption, draining, many steps a call). A simulated second
+costs a few microseconds of compiled code where the same work in Python around compiled passes cost some 60
+(docs/decisions/simulator-speed.md). Without numba the interpreter runs the same code, many times slower.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import types
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -21,23 +25,40 @@ def _compiled(function: F) -> F:
     """``function`` compiled by numba at its first call and cached on disk beside this file (or in the user's cache
     where that is read-only; compiled anew each process where neither is writable), or as written without numba.
     Compiled when first called, not when imported: numba and LLVM (some 60 MiB) are loaded only by a process that
-    steps a fleet, not by one that only reads the simulator's modules (the bench's daemon beside it)."""
+    steps a fleet, not by one that only reads the simulator's modules (the bench's daemon beside it). The compiled
+    function calls the others of this module compiled (numba cannot call the Python wrapper around them); they all
+    live in this one file because numba's cache knows a function's own file only, and would keep a caller's machine
+    code after a callee in another file had changed."""
     if not COMPILED:
         return function
-    dispatcher: Callable[..., Any] | None = None
+    dispatcher: Any = None
 
-    @functools.wraps(function)
-    def call(*args: Any) -> Any:
+    def jitted() -> Any:
         nonlocal dispatcher
         if dispatcher is None:
             import numba
 
+            scope = dict(function.__globals__)
+            copy = types.FunctionType(function.__code__, scope, function.__name__, None, function.__closure__)
+            copy.__qualname__, copy.__doc__ = function.__qualname__, function.__doc__
             try:
-                dispatcher = numba.njit(cache=True, nogil=True)(function)
+                dispatcher = numba.njit(cache=True, nogil=True)(copy)
             except RuntimeError:  # numba found no writable place for its cache: a second of compiling, every run
-                dispatcher = numba.njit(nogil=True)(function)
+                dispatcher = numba.njit(nogil=True)(copy)
+            for name, value in function.__globals__.items():
+                if name == function.__name__:
+                    scope[name] = dispatcher  # a function that calls itself
+                elif callable(jit := getattr(value, "jitted", None)):
+                    scope[name] = jit()
+        return dispatcher
+
+    @functools.wraps(function)
+    def call(*args: Any) -> Any:
+        if dispatcher is None:
+            jitted()
         return dispatcher(*args)
 
+    call.jitted = jitted  # type: ignore[attr-defined]
     return cast(F, call)
 
 
@@ -174,9 +195,8 @@ class RunningColumns(NamedTuple):
     (``Fleet.n_running``) of each column: the replica, the request, its prompt tokens left to prefill, its tokens
     left to decode, when it was admitted, its tokens in the KV cache and its prompt tokens in the engine step under
     way (``engine_step``'s arrays). Preallocated: admission writes into them and a request that leaves is compacted
-    away, where arrays made anew at each step cost most of a step (docs/decisions/simulator-speed.md). The compiled
-    passes take them one array a parameter, as ``engine_step`` does: numba unboxes the tuple itself more slowly (a
-    fixed fleet on two days of traffic, 11.5 s against 10.8)."""
+    away, where arrays made anew at each step cost most of a step (docs/decisions/simulator-speed.md). The passes
+    over them (``admit``, ``compact``, ``engine_step``) take them one array a parameter, each its own part."""
 
     rep: np.ndarray
     req: np.ndarray
@@ -305,16 +325,423 @@ def settle(
     return ttft[:fresh], prompts[:fresh], left[:gone], left_prompts[:gone]
 
 
-def warm() -> None:
-    """Compile the step and its passes now (or load them from numba's cache), on a fleet of one request: what a
-    process does before it forks workers, so that they inherit the machine code rather than each compile it
-    (about 3 s on two cores, the same work twice) while they cannot yet hear that their run is no longer wanted."""
-    if not COMPILED:
+# -- the fleet's seconds ---------------------------------------------------------------------------------
+# Each replica's waiting queue is a linked list through the requests (``link``: the next request in the same queue),
+# which takes a request at either end in constant time; the router's queue is the arrivals not yet routed,
+# ``[routed, next_arrival)``. With prefix caching the fleet routes (``enqueue_all``) and sets the prompt tokens each
+# admission prefills between ``take_admissions`` and ``after_admission``, which ``fleet_step`` calls back to back.
+
+# ``FleetArrays.ints``: the fleet's counts
+N_REPLICAS, N_RUNNING, NEXT_ARRIVAL, ROUTED, LEFT, ROUND_ROBIN, PREEMPTIONS = range(7)
+# ``FleetArrays.sums``: its running totals (``LAST_SCRAPE``: when it was last scraped)
+REPLICA_SECONDS, PROMPT_TOKENS, GENERATION_TOKENS, TTFT_SUM, LAST_SCRAPE = range(5)
+# ``FleetArrays.params``: the replica model as the steps read it
+DT, CAP, MAX_SEQS, BLOCK, WEIGHT_READ, KV_READ, FLOPS, BUDGET = range(8)
+DRAIN_TIMEOUT, SCRAPE_INTERVAL, ROUND_ROBIN_ROUTING = range(8, 11)
+PARAMS = 11
+NONE = -1  # no request: the end of a queue
+PER_REQUEST = (
+    "arrival", "engine_arrival", "prompt", "computed", "context", "to_prefill", "to_decode", "preempted",
+    "first_token", "admitted", "finished", "dropped", "served_by", "link",
+)  # fmt: skip
+
+
+class FleetArrays(NamedTuple):
+    """A fleet's state as the compiled steps read and change it: per request (by index in the trace), per replica
+    (by index, the first ``ints[N_REPLICAS]`` of arrays that grow by doubling), the running requests' columns
+    (``engine.RunningColumns``, the first ``ints[N_RUNNING]`` entries), counts, totals and histograms."""
+
+    arrival: np.ndarray
+    engine_arrival: np.ndarray
+    prompt: np.ndarray
+    computed: np.ndarray
+    context: np.ndarray
+    to_prefill: np.ndarray
+    to_decode: np.ndarray
+    preempted: np.ndarray
+    first_token: np.ndarray
+    admitted: np.ndarray
+    finished: np.ndarray
+    dropped: np.ndarray
+    served_by: np.ndarray
+    link: np.ndarray
+    created_at: np.ndarray
+    ready_at: np.ndarray
+    draining_since: np.ndarray  # NaN: not draining
+    removed_at: np.ndarray  # NaN: not removed
+    step_end: np.ndarray
+    running: np.ndarray
+    preemptions: np.ndarray
+    head: np.ndarray
+    tail: np.ndarray
+    queued: np.ndarray
+    columns: RunningColumns
+    ints: np.ndarray
+    sums: np.ndarray
+    ttft_counts: np.ndarray
+    prompt_counts: np.ndarray
+    ttft_edges: np.ndarray
+    prompt_edges: np.ndarray
+    params: np.ndarray
+
+
+@_compiled
+def _block_sum(values: np.ndarray, first: int, n: int) -> float:
+    """numpy's sum of at most 128 values: in order below eight, else in eight interleaved partial sums."""
+    if n < 8:
+        total = 0.0
+        for i in range(n):
+            total += values[first + i]
+        return total
+    r = values[first : first + 8].copy()
+    whole = n - n % 8
+    for i in range(8, whole, 8):
+        for j in range(8):
+            r[j] += values[first + i + j]
+    total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for i in range(whole, n):
+        total += values[first + i]
+    return float(total)
+
+
+@_compiled
+def pairwise_sum(values: np.ndarray) -> float:
+    """The sum of ``values`` exactly as numpy's ``sum`` makes it (blocks of at most 128 values, halved at a
+    multiple of eight, added in pairs), so that the compiled steps' totals equal to the bit those the Python steps
+    made with ``ndarray.sum``. Its halving is walked with a stack: numba's cache cannot hold a recursive function."""
+    if len(values) <= 128:
+        return _block_sum(values, 0, len(values))
+    firsts = np.empty(64, dtype=np.int64)
+    sizes = np.empty(64, dtype=np.int64)
+    stages = np.zeros(64, dtype=np.int64)
+    sums = np.empty(64)
+    firsts[0], sizes[0], top, held = 0, len(values), 1, 0
+    while top:
+        first, n, stage = firsts[top - 1], sizes[top - 1], stages[top - 1]
+        if n <= 128:
+            sums[held] = _block_sum(values, first, n)
+            held += 1
+            top -= 1
+            continue
+        half = n // 2
+        half -= half % 8
+        if stage < 2:  # its first half, then its second, each summed on the stack above it
+            stages[top - 1] += 1
+            firsts[top], sizes[top], stages[top] = first + stage * half, half if stage == 0 else n - half, 0
+            top += 1
+        else:
+            held -= 1
+            sums[held - 1] += sums[held]
+            top -= 1
+    return float(sums[0])
+
+
+@_compiled
+def enqueue(s: FleetArrays, replica: int, request: int) -> None:
+    """``request`` joins the end of ``replica``'s waiting queue."""
+    s.link[request] = NONE
+    if s.queued[replica] == 0:
+        s.head[replica] = request
+    else:
+        s.link[s.tail[replica]] = request
+    s.tail[replica] = request
+    s.queued[replica] += 1
+
+
+@_compiled
+def requeue(s: FleetArrays, replica: int, request: int) -> None:
+    """``request`` goes back to the head of ``replica``'s waiting queue (preempted)."""
+    s.link[request] = s.head[replica] if s.queued[replica] else NONE
+    if s.queued[replica] == 0:
+        s.tail[replica] = request
+    s.head[replica] = request
+    s.queued[replica] += 1
+
+
+@_compiled
+def enqueue_all(s: FleetArrays, replicas: np.ndarray, requests: np.ndarray) -> None:
+    """Each of ``requests`` joins the end of the queue of its replica in ``replicas``, in order; all arrivals up to
+    ``ints[NEXT_ARRIVAL]`` are then routed."""
+    for j in range(len(requests)):
+        enqueue(s, replicas[j], requests[j])
+    s.ints[ROUTED] = s.ints[NEXT_ARRIVAL]
+
+
+@_compiled
+def kv_used(s: FleetArrays) -> np.ndarray:
+    """The KV-cache tokens each replica holds: its running requests' contexts in whole blocks, added up in their
+    order (as ``np.bincount`` adds its weights)."""
+    kv = np.zeros(s.ints[N_REPLICAS])
+    block = s.params[BLOCK]
+    for k in range(s.ints[N_RUNNING]):
+        kv[s.columns.rep[k]] += np.ceil(s.columns.ctx[k] / block) * block
+    return kv
+
+
+@_compiled
+def route(s: FleetArrays, now: float) -> None:
+    """Send the arrivals not yet routed to the replicas that take traffic at ``now`` (up, not draining), if any.
+
+    Least-waiting routing picks, for each request in order, the replica with the fewest waiting, then the least KV
+    cache in use, then the fewest running, then the lowest index (only the waiting counts change while a step's
+    arrivals are routed: admission comes after); round-robin takes them in turn."""
+    n = s.ints[N_REPLICAS]
+    candidates = np.empty(n, dtype=np.int64)
+    taking = 0
+    for r in range(n):
+        if np.isnan(s.removed_at[r]) and np.isnan(s.draining_since[r]) and s.ready_at[r] <= now:
+            candidates[taking] = r
+            taking += 1
+    if taking == 0:
         return
-    one, none, nothing, flag = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(1, bool)
-    columns = RunningColumns.empty(1)
-    a, b, c, d, e = (np.zeros(1) for _ in range(5))
-    admit(one, one, 0.0, 0, *columns, a, b, c, d, e, one.copy())
-    engine_step(0.0, 1.0, columns.rep, *columns[2:], np.full(1, -np.inf), 1, 0.03, 0.0, 1000.0, 2048.0, 16.0)
-    settle(none, nothing, flag, 0.0, 1.0, 1.0, columns.rep, columns.req, flag, a, b, c, d)
-    compact(flag, *columns)
+    first, last = s.ints[ROUTED], s.ints[NEXT_ARRIVAL]
+    if s.params[ROUND_ROBIN_ROUTING] > 0.0:
+        for request in range(first, last):
+            enqueue(s, candidates[s.ints[ROUND_ROBIN] % taking], request)
+            s.ints[ROUND_ROBIN] += 1
+    elif last > first:
+        kv = kv_used(s)
+        for request in range(first, last):
+            best = candidates[0]
+            for c in range(1, taking):
+                r = candidates[c]
+                if s.queued[r] != s.queued[best]:
+                    better = s.queued[r] < s.queued[best]
+                elif kv[r] != kv[best]:
+                    better = kv[r] < kv[best]
+                else:
+                    better = s.running[r] < s.running[best]
+                if better:
+                    best = r
+            enqueue(s, best, request)
+    s.ints[ROUTED] = last
+
+
+@_compiled
+def take_admissions(s: FleetArrays, now: float) -> tuple[np.ndarray, np.ndarray]:
+    """Take each replica's waiting requests from the head of its queue while its batch has room and its KV cache
+    has free blocks for the request's context (a request alone is admitted whatever its size): the replicas and
+    the requests admitted, in that order."""
+    n = s.ints[N_REPLICAS]
+    total = 0
+    for r in range(n):
+        total += s.queued[r]
+    replicas = np.empty(total, dtype=np.int64)
+    requests = np.empty(total, dtype=np.int64)
+    taken = 0
+    if total == 0:
+        return replicas, requests
+    kv = kv_used(s)
+    cap, max_seqs, block = s.params[CAP], s.params[MAX_SEQS], s.params[BLOCK]
+    for r in range(n):
+        if not np.isnan(s.removed_at[r]) or s.queued[r] == 0 or s.ready_at[r] > now:
+            continue
+        while s.queued[r] > 0 and s.running[r] < max_seqs:
+            request = s.head[r]
+            need = np.ceil(s.context[request] / block) * block
+            if s.running[r] > 0 and kv[r] + need > cap:
+                break
+            s.head[r] = s.link[request]
+            s.queued[r] -= 1
+            s.running[r] += 1
+            kv[r] += need
+            replicas[taken] = r
+            requests[taken] = request
+            taken += 1
+    return replicas[:taken], requests[:taken]
+
+
+@_compiled
+def _count(values: np.ndarray, edges: np.ndarray, counts: np.ndarray) -> None:
+    """Count each of ``values`` in its bucket of ``edges`` (the first edge at or above it; then ``+Inf``)."""
+    for value in values:
+        counts[np.searchsorted(edges, value)] += 1.0
+
+
+@_compiled
+def _drop(s: FleetArrays, drop: np.ndarray) -> None:
+    """Take the running requests ``drop`` marks out of the columns (``compact``)."""
+    c = s.columns
+    s.ints[N_RUNNING] = compact(drop, c.rep, c.req, c.pre, c.dec, c.start, c.ctx, c.chunk)
+
+
+@_compiled
+def _preempt_overflow(s: FleetArrays, kv: np.ndarray) -> None:
+    """Where a replica's running requests hold more KV blocks (``kv``) than its cache has, preempt the newest until
+    they fit (vLLM V1's recompute preemption): each frees its blocks and goes back to the head of its replica's
+    queue, to prefill its prompt and generated tokens again and decode the rest."""
+    cap, block = s.params[CAP] + 1e-9, s.params[BLOCK]
+    over = False
+    for r in range(s.ints[N_REPLICAS]):
+        over = over or kv[r] > cap
+    if not over:
+        return
+    n = s.ints[N_RUNNING]
+    drop = np.zeros(n, dtype=np.bool_)
+    for r in range(s.ints[N_REPLICAS]):
+        if kv[r] <= cap:
+            continue
+        total = kv[r]
+        for k in range(n - 1, -1, -1):
+            if s.columns.rep[k] != r:
+                continue
+            if total <= cap or s.running[r] <= 1:
+                break
+            request = s.columns.req[k]
+            total -= np.ceil(s.columns.ctx[k] / block) * block
+            drop[k] = True
+            s.running[r] -= 1
+            requeue(s, r, request)
+            s.ints[PREEMPTIONS] += 1
+            s.preemptions[r] += 1
+            if s.columns.pre[k] <= 0.0:  # its first token is out: it resumes with what it has generated
+                s.preempted[request] = True
+                s.context[request] = s.columns.ctx[k]
+                s.to_prefill[request] = s.columns.ctx[k]
+                s.to_decode[request] = s.columns.dec[k]
+    _drop(s, drop)
+
+
+@_compiled
+def _advance(s: FleetArrays, now: float, end: float) -> None:
+    """One step of every replica's engine (``engine.engine_step``); then the first tokens are counted (vLLM's TTFT
+    histogram, its token counters), the requests done leave (their prompts counted in its prompt-length histogram)
+    and a replica whose cache the new tokens overflow preempts its newest."""
+    n, dt, c = s.ints[N_RUNNING], s.params[DT], s.columns
+    rep, req = c.rep[:n], c.req[:n]
+    done, frac, generated, leaving, kv = engine_step(
+        now, dt, rep, c.pre[:n], c.dec[:n], c.start[:n], c.ctx[:n], c.chunk[:n], s.step_end[: s.ints[N_REPLICAS]],
+        s.ints[N_REPLICAS], s.params[WEIGHT_READ], s.params[KV_READ], s.params[FLOPS], s.params[BUDGET],
+        s.params[BLOCK],
+    )  # fmt: skip
+    s.sums[GENERATION_TOKENS] += generated
+    ttft, prompts, left, left_prompts = settle(
+        done, frac, leaving, now, dt, end, rep, req, s.preempted, s.first_token, s.arrival, s.prompt, s.finished
+    )
+    if len(ttft):
+        _count(ttft, s.ttft_edges, s.ttft_counts)
+        s.sums[TTFT_SUM] += pairwise_sum(ttft)
+        s.sums[PROMPT_TOKENS] += pairwise_sum(prompts)
+        s.sums[GENERATION_TOKENS] += float(len(ttft))
+    if len(left):  # their batch slots and KV cache are free
+        _count(left_prompts, s.prompt_edges, s.prompt_counts)
+        s.ints[LEFT] += len(left)
+        for r in left:
+            s.running[r] -= 1
+        _drop(s, leaving)
+    _preempt_overflow(s, kv)
+
+
+@_compiled
+def abort(s: FleetArrays, replica: int, at: float) -> None:
+    """Remove ``replica`` at ``at`` with what it holds: its running and waiting requests are dropped."""
+    n = s.ints[N_RUNNING]
+    mine = np.zeros(n, dtype=np.bool_)
+    dropped = 0
+    for k in range(n):
+        if s.columns.rep[k] == replica:
+            mine[k] = True
+            s.dropped[s.columns.req[k]] = True
+            dropped += 1
+    if dropped:
+        s.ints[LEFT] += dropped
+        _drop(s, mine)
+    request = s.head[replica]
+    for _ in range(s.queued[replica]):
+        s.dropped[request] = True
+        request = s.link[request]
+    s.ints[LEFT] += s.queued[replica]
+    s.queued[replica] = 0
+    s.running[replica] = 0
+    s.removed_at[replica] = at
+
+
+@_compiled
+def after_admission(s: FleetArrays, replicas: np.ndarray, requests: np.ndarray, now: float) -> bool:
+    """The rest of a step from ``now`` once ``requests`` are admitted on ``replicas``: they join the running
+    columns, the replicas that exist are paid for, the engines step, and a draining replica left with nothing is
+    removed (one past its drain timeout aborted). Returns whether a scrape is due at the step's end."""
+    dt, c = s.params[DT], s.columns
+    end = now + dt
+    if len(requests):
+        s.ints[N_RUNNING] = admit(
+            replicas, requests, now, s.ints[N_RUNNING], c.rep, c.req, c.pre, c.dec, c.start, c.ctx, c.chunk,
+            s.to_prefill, s.to_decode, s.context, s.engine_arrival, s.admitted, s.served_by,
+        )  # fmt: skip
+    existing = 0
+    for r in range(s.ints[N_REPLICAS]):
+        existing += np.isnan(s.removed_at[r])
+    s.sums[REPLICA_SECONDS] += existing * dt
+    if s.ints[N_RUNNING]:
+        _advance(s, now, end)
+    for r in range(s.ints[N_REPLICAS]):
+        if not np.isnan(s.removed_at[r]) or np.isnan(s.draining_since[r]):
+            continue
+        if s.running[r] + s.queued[r] == 0:
+            s.removed_at[r] = end
+        elif end - s.draining_since[r] >= s.params[DRAIN_TIMEOUT]:
+            abort(s, r, end)
+    return bool(end - s.sums[LAST_SCRAPE] >= s.params[SCRAPE_INTERVAL] - 1e-9)
+
+
+@_compiled
+def arrive(s: FleetArrays, now: float) -> None:
+    """The requests that reach the engine before the step from ``now`` ends have arrived."""
+    s.ints[NEXT_ARRIVAL] = np.searchsorted(s.engine_arrival, now + s.params[DT])
+
+
+@_compiled
+def fleet_step(s: FleetArrays, now: float) -> bool:
+    """Advance from ``now`` by a step: arrivals, routing, admission and the rest (``after_admission``). Returns
+    whether a scrape is due at its end."""
+    arrive(s, now)
+    route(s, now)
+    replicas, requests = take_admissions(s, now)
+    return after_admission(s, replicas, requests, now)
+
+
+@_compiled
+def done(s: FleetArrays) -> bool:
+    """Every request has arrived and none is waiting or running."""
+    if s.ints[NEXT_ARRIVAL] < len(s.arrival) or s.ints[N_RUNNING] or s.ints[ROUTED] < s.ints[NEXT_ARRIVAL]:
+        return False
+    for r in range(s.ints[N_REPLICAS]):  # noqa: SIM110 (a loop numba compiles)
+        if np.isnan(s.removed_at[r]) and s.queued[r]:
+            return False
+    return True
+
+
+@_compiled
+def needs_python(s: FleetArrays, now: float) -> bool:
+    """Whether the step from ``now`` routes or admits, which with prefix caching only Python does: a request
+    reaches the engine by its end or waits at the router, or a replica has requests waiting."""
+    if s.ints[ROUTED] < s.ints[NEXT_ARRIVAL]:
+        return True
+    arrived = s.ints[NEXT_ARRIVAL]
+    if arrived < len(s.engine_arrival) and s.engine_arrival[arrived] < now + s.params[DT]:
+        return True
+    for r in range(s.ints[N_REPLICAS]):  # noqa: SIM110 (a loop numba compiles)
+        if s.queued[r]:
+            return True
+    return False
+
+
+@_compiled
+def run_steps(
+    s: FleetArrays, now: float, tick_at: float, end: float, tail_end: float, check_every: int, prefix: bool
+) -> tuple[float, bool]:
+    """Step from ``now`` until the caller has something to do: a scrape is due (returned true), the controller's
+    tick at ``tick_at`` is due, a whole ``check_every`` seconds is reached, the last arrival (``end``) is passed, the
+    run is over (past ``end``, every request done or ``tail_end`` reached), or, with ``prefix`` caching, the next
+    step routes or admits (``needs_python``; the first step must not). Returns where it stopped."""
+    dt = s.params[DT]
+    past_end = now > end
+    while True:
+        scrape = fleet_step(s, now)
+        now += dt
+        if scrape or now >= tick_at - 1e-9 or int(now) % check_every == 0:
+            return now, scrape
+        if now > end and (not past_end or done(s) or now >= tail_end):
+            return now, False
+        if prefix and needs_python(s, now):
+            return now, False

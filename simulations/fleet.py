@@ -9,29 +9,33 @@ runs out the newest running request is preempted: its blocks are freed and it wa
 queue to be prefilled again, prompt and generated tokens together. The first token comes when the engine step
 that completes the prefill ends. The KV-cache usage gauge shows the blocks in use.
 
-Running requests live in preallocated columns (``engine.RunningColumns``), in their order of admission on each
-replica, which compiled passes update in place: a step's admissions are written into them (``engine.admit``), its
-engine steps advance them (``engine.engine_step``), its first tokens and finished requests are recorded
-(``engine.settle``) and those that leave compacted away (``engine.compact``). Metrics are exposed as Prometheus
+The fleet's state lives in arrays (``engine.FleetArrays``): per request, per replica (the waiting queues among
+them, as linked lists through the requests) and the running requests' columns, in their order of admission on each
+replica. The seconds between the controller's ticks and Prometheus's scrapes run compiled, many a call
+(``engine.run_steps``: routing, admission, the engine step, first tokens and finished requests, preemption,
+draining); the fleet keeps the cluster side (replicas created, drained and removed at a tick) and the scrapes in
+Python, and with prefix caching the replicas' caches, stepping a second a call. Metrics are exposed as Prometheus
 would see them: gauges and counters scraped every ``scrape_interval_s`` from the replicas that are up.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from policies.histogram import PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS, count_above, histogram_quantile, lognormal_spread
 from policies.metric_names import PROMPT_SPREAD_WINDOW_S
-from simulations.engine import RUNNING_CAPACITY, RunningColumns, admit, compact, engine_step, settle
+from simulations import engine
+from simulations.engine import RUNNING_CAPACITY, RunningColumns
 from simulations.replica_model import ReplicaModel
 from simulations.traces import Trace, held_prefix
 
 RATE_WINDOW_S = 60.0
+REPLICA_CAPACITY = 16  # a fleet's per-replica arrays at first; they double as replicas are created
 # Prefix-aware routing weighs a replica's cached prefix only against replicas this close to the least
 # busy, in waiting requests: the load guard of cache-aware routers (SGLang's balances load first when
 # queues differ by more than a threshold), here the built-in workload's backlog target of two a replica.
@@ -50,35 +54,68 @@ def group_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, sizes
 
 
-def _bucketed(counts: np.ndarray, pending: list[np.ndarray], edges: tuple[float, ...]) -> np.ndarray:
-    """``counts`` (per bucket of ``edges``, then ``+Inf``) with the ``pending`` values counted in, and emptied:
-    a histogram whose observations are bucketed when it is read, not as each step makes them."""
-    if pending:
-        values = np.concatenate(pending)
-        counts += np.bincount(np.searchsorted(edges, values), minlength=len(counts))
-        pending.clear()
-    return counts
-
-
-@dataclass
 class Replica:
-    index: int
-    created_at: float
-    ready_at: float
-    draining_since: float | None = None
-    removed_at: float | None = None
-    waiting: deque[int] = field(default_factory=deque)
-    running: int = 0
-    preemptions: int = 0  # ``vllm:num_preemptions_total``
-    # Prefix caching: the keys of the prompt blocks this replica holds, least recently used first.
-    blocks: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    """One replica of a fleet, read (and, for the cluster side, written) through the fleet's arrays."""
+
+    def __init__(self, fleet: Fleet, index: int) -> None:
+        self.fleet = fleet
+        self.index = index
+
+    def _value(self, column: str) -> float:
+        return float(getattr(self.fleet.arrays, column)[self.index])
+
+    @property
+    def created_at(self) -> float:
+        return self._value("created_at")
+
+    @property
+    def ready_at(self) -> float:
+        return self._value("ready_at")
+
+    @property
+    def draining_since(self) -> float | None:
+        since = self._value("draining_since")
+        return None if math.isnan(since) else since
+
+    @draining_since.setter
+    def draining_since(self, at: float) -> None:
+        self.fleet.arrays.draining_since[self.index] = at
+
+    @property
+    def removed_at(self) -> float | None:
+        at = self._value("removed_at")
+        return None if math.isnan(at) else at
+
+    @property
+    def running(self) -> int:
+        return int(self.fleet.arrays.running[self.index])
+
+    @property
+    def preemptions(self) -> int:
+        """``vllm:num_preemptions_total``"""
+        return int(self.fleet.arrays.preemptions[self.index])
+
+    @property
+    def waiting(self) -> tuple[int, ...]:
+        """The requests in this replica's queue, from its head."""
+        s = self.fleet.arrays
+        queue, request = [], int(s.head[self.index])
+        for _ in range(int(s.queued[self.index])):
+            queue.append(request)
+            request = int(s.link[request])
+        return tuple(queue)
+
+    @property
+    def blocks(self) -> OrderedDict[int, None]:
+        """Prefix caching: the keys of the prompt blocks this replica holds, least recently used first."""
+        return self.fleet.blocks[self.index]
 
     def ready(self, now: float) -> bool:
         return self.removed_at is None and self.ready_at <= now
 
     @property
     def in_flight(self) -> int:
-        return self.running + len(self.waiting)
+        return self.running + int(self.fleet.arrays.queued[self.index])
 
 
 @dataclass(frozen=True)
@@ -104,69 +141,118 @@ class Scrape:
         return self.ttft_buckets[-1] if self.ttft_buckets else 0.0
 
 
+class _Count:
+    """One of the fleet's counts (``engine.FleetArrays.ints``), read as an attribute."""
+
+    def __init__(self, which: int, doc: str) -> None:
+        self.which, self.__doc__ = which, doc
+
+    def __get__(self, fleet: Fleet, owner: type | None = None) -> int:
+        return int(fleet.arrays.ints[self.which])
+
+
+class _Total:
+    """One of the fleet's running totals (``engine.FleetArrays.sums``), read as an attribute."""
+
+    def __init__(self, which: int, doc: str) -> None:
+        self.which, self.__doc__ = which, doc
+
+    def __get__(self, fleet: Fleet, owner: type | None = None) -> float:
+        return float(fleet.arrays.sums[self.which])
+
+
 class Fleet:
     def __init__(self, model: ReplicaModel, trace: Trace, initial_replicas: int) -> None:
         self.model = model
         self.trace = trace
-        # What ``engine.engine_step`` is told of the replica (the model is frozen): read once, not every step.
-        self._engine = (
-            model.weight_read_s, model.kv_read_s_per_token, model.prefill_tokens_per_s,
-            float(model.max_num_batched_tokens), float(model.kv_block_tokens),
-        )  # fmt: skip
         n = trace.requests
-        self.arrival = trace.arrival_s
-        # The engine sees a request ``request_overhead_s`` after it arrives (HTTP, tokenisation, scheduling).
-        self.engine_arrival = self.arrival + model.request_overhead_s
-        self.prompt = trace.prompt_tokens.astype(np.float64)
-        self.output = trace.output_tokens.astype(np.float64)
-        # The prompt tokens each request prefills: all of them, less a prefix its replica holds (set on
-        # admission). What the SLO judges a request's own prefill by.
-        self.computed = self.prompt.copy()
-        # What a request holds in the KV cache once prefilled, and the tokens it prefills and decodes when
-        # admitted: its prompt, prefilled in full and decoded to the end, until it is preempted; then its
-        # prompt and the tokens generated so far, all prefilled again, and what is left to decode.
-        self.context = self.prompt.copy()
-        self.to_prefill = self.prompt.copy()
-        self.to_decode = self.output - 1.0
-        self.preempted = np.zeros(n, dtype=bool)
-        self.preemptions = 0
         self.prefix = trace.prefix if model.prefix_caching else None
         self.cache_blocks = int(model.kv_cache_tokens // self.prefix.block_tokens) if self.prefix else 0
-        self.first_token = np.full(n, np.nan)
-        self.admitted = np.full(n, np.nan)
-        self.finished = np.full(n, np.nan)
-        self.dropped = np.zeros(n, dtype=bool)
-        self.served_by = np.full(n, -1, dtype=np.int64)  # the replica (index) that admitted each request
-        self.next_arrival = 0
-        self.router_queue: deque[int] = deque()
-        self.replicas: list[Replica] = []  # every replica ever created; index = position
-        self.live: list[Replica] = []  # those not removed yet
-        self.round_robin = 0
-        # Running requests, one entry each, in their order of admission on each replica: ``n_running`` of them, the
-        # first ``n_running`` entries of columns that grow by doubling (``r_rep`` and the others are those entries).
-        self.n_running = 0
-        self._columns = RunningColumns.empty(RUNNING_CAPACITY)
-        self._view()
-        self.step_end = np.zeros(0)  # when each replica's engine step under way ends (by index)
-        self._kv: np.ndarray | None = None  # ``kv_used()`` until the running requests or their contexts change
-        self.prompt_tokens_total = 0.0
-        self.generation_tokens_total = 0.0
-        # ``vllm:time_to_first_token_seconds``: first tokens per bucket, not cumulative (``ttft_counts``), the
-        # times to first token not counted in yet (bucketed when read: a scrape's work, not every step's)
-        self._ttft_counts = np.zeros(len(TTFT_BUCKETS) + 1)
-        self._ttfts: list[np.ndarray] = []
-        self.ttft_sum = 0.0  # the histogram's ``_sum``: every time to first token so far, added up
-        # ``vllm:request_prompt_tokens``, counted as each request finishes, as vLLM counts it; and its scrapes of the
-        # last hour.
-        self._prompt_counts = np.zeros(len(PROMPT_TOKEN_BUCKETS) + 1)
-        self._finished_prompts: list[np.ndarray] = []  # the prompt lengths of requests finished, not counted in yet
-        self.prompt_scrapes: deque[tuple[float, np.ndarray]] = deque()
-        self.replica_seconds = 0.0
-        self.left = 0  # requests finished or dropped: the gateway holds ``next_arrival - left`` open
+        # Prefix caching: each replica's prompt blocks, by key, least recently used first.
+        self.blocks: list[OrderedDict[int, None]] = []
+        params = np.zeros(engine.PARAMS)
+        params[[engine.DT, engine.CAP, engine.MAX_SEQS, engine.BLOCK]] = (
+            model.step_s, model.kv_cache_tokens, model.max_num_seqs, model.kv_block_tokens,
+        )  # fmt: skip
+        params[[engine.WEIGHT_READ, engine.KV_READ, engine.FLOPS, engine.BUDGET]] = (
+            model.weight_read_s, model.kv_read_s_per_token, model.prefill_tokens_per_s, model.max_num_batched_tokens,
+        )  # fmt: skip
+        params[[engine.DRAIN_TIMEOUT, engine.SCRAPE_INTERVAL]] = model.drain_timeout_s, model.scrape_interval_s
+        params[engine.ROUND_ROBIN_ROUTING] = model.routing == "round-robin"
+        prompt = trace.prompt_tokens.astype(np.float64)
+        sums = np.zeros(5)
+        sums[engine.LAST_SCRAPE] = -math.inf
+        self.arrays = engine.FleetArrays(
+            arrival=trace.arrival_s,
+            # The engine sees a request ``request_overhead_s`` after it arrives (HTTP, tokenisation, scheduling).
+            engine_arrival=trace.arrival_s + model.request_overhead_s,
+            prompt=prompt,
+            # The prompt tokens each request prefills: all of them, less a prefix its replica holds (set on
+            # admission). What the SLO judges a request's own prefill by.
+            computed=prompt.copy(),
+            # What a request holds in the KV cache once prefilled, and the tokens it prefills and decodes when
+            # admitted: its prompt, prefilled in full and decoded to the end, until it is preempted; then its
+            # prompt and the tokens generated so far, all prefilled again, and what is left to decode.
+            context=prompt.copy(),
+            to_prefill=prompt.copy(),
+            to_decode=trace.output_tokens.astype(np.float64) - 1.0,
+            preempted=np.zeros(n, dtype=bool),
+            first_token=np.full(n, np.nan),
+            admitted=np.full(n, np.nan),
+            finished=np.full(n, np.nan),
+            dropped=np.zeros(n, dtype=bool),
+            served_by=np.full(n, -1, dtype=np.int64),  # the replica (index) that admitted each request
+            link=np.full(n, engine.NONE, dtype=np.int64),
+            **_replica_columns(REPLICA_CAPACITY),
+            columns=RunningColumns.empty(RUNNING_CAPACITY),
+            ints=np.zeros(7, dtype=np.int64),
+            sums=sums,
+            # ``vllm:time_to_first_token_seconds`` and ``vllm:request_prompt_tokens`` (counted as each request
+            # finishes, as vLLM counts it): by bucket, not cumulative
+            ttft_counts=np.zeros(len(TTFT_BUCKETS) + 1),
+            prompt_counts=np.zeros(len(PROMPT_TOKEN_BUCKETS) + 1),
+            ttft_edges=np.asarray(TTFT_BUCKETS, dtype=np.float64),
+            prompt_edges=np.asarray(PROMPT_TOKEN_BUCKETS, dtype=np.float64),
+            params=params,
+        )
+        self.output = trace.output_tokens.astype(np.float64)
+        self.prompt_scrapes: deque[tuple[float, np.ndarray]] = deque()  # the last hour's prompt-length histograms
         self.scrapes: deque[Scrape] = deque()
-        self.last_scrape_at = -math.inf
         for _ in range(initial_replicas):
             self._create(0.0, 0.0)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        """The per-request arrays (``arrival``, ``first_token`` and the others of ``engine.FleetArrays``)."""
+        if name in engine.PER_REQUEST:
+            return getattr(self.__dict__["arrays"], name)  # type: ignore[no-any-return]
+        raise AttributeError(name)
+
+    n_replicas = _Count(engine.N_REPLICAS, "replicas ever created")
+    routed = _Count(engine.ROUTED, "requests routed: those after them, up to ``next_arrival``, wait at the router")
+    n_running = _Count(engine.N_RUNNING, "running requests")
+    next_arrival = _Count(engine.NEXT_ARRIVAL, "requests that have reached the engine")
+    left = _Count(engine.LEFT, "requests finished or dropped: the gateway holds ``next_arrival - left`` open")
+    preemptions = _Count(engine.PREEMPTIONS, "requests preempted, on every replica")
+    replica_seconds = _Total(engine.REPLICA_SECONDS, "the seconds replicas have existed, added up")
+    prompt_tokens_total = _Total(engine.PROMPT_TOKENS, "``vllm:prompt_tokens_total``, every replica")
+    generation_tokens_total = _Total(engine.GENERATION_TOKENS, "``vllm:generation_tokens_total``, every replica")
+    ttft_sum = _Total(engine.TTFT_SUM, "the TTFT histogram's ``_sum``: every time to first token so far")
+    last_scrape_at = _Total(engine.LAST_SCRAPE, "when Prometheus last scraped the fleet")
+
+    def _running(self, column: str) -> np.ndarray:
+        return getattr(self.arrays.columns, column)[: self.n_running]  # type: ignore[no-any-return]
+
+    # the running requests' entries of the columns (views, valid until the fleet next steps)
+    r_rep = property(lambda self: self._running("rep"))
+    r_req = property(lambda self: self._running("req"))
+    r_pre = property(lambda self: self._running("pre"))
+    r_dec = property(lambda self: self._running("dec"))
+    r_ctx = property(lambda self: self._running("ctx"))
+
+    @property
+    def step_end(self) -> np.ndarray:
+        """When each replica's engine step under way ends (by index)."""
+        return self.arrays.step_end[: self.n_replicas]
 
     def release(self, req: int, at: float) -> None:
         """A closed-loop client sends request ``req`` at ``at``: its arrival was left unknown (``inf``) in
@@ -177,39 +263,72 @@ class Fleet:
     @property
     def ttft_counts(self) -> np.ndarray:
         """First tokens so far by ``TTFT_BUCKETS`` bucket (then ``+Inf``), not cumulative."""
-        return _bucketed(self._ttft_counts, self._ttfts, TTFT_BUCKETS)
+        return self.arrays.ttft_counts
 
     @property
     def prompt_counts(self) -> np.ndarray:
         """Finished requests so far by ``PROMPT_TOKEN_BUCKETS`` bucket of their prompt (then ``+Inf``)."""
-        return _bucketed(self._prompt_counts, self._finished_prompts, PROMPT_TOKEN_BUCKETS)
+        return self.arrays.prompt_counts
 
     # -- the cluster side -------------------------------------------------------------------------
 
-    def _create(self, now: float, ready_at: float) -> None:
-        replica = Replica(len(self.replicas), now, ready_at)
-        self.replicas.append(replica)
-        self.step_end = np.append(self.step_end, -math.inf)
-        self.live.append(replica)
+    @property
+    def replicas(self) -> list[Replica]:
+        """Every replica ever created; index = position."""
+        return [Replica(self, i) for i in range(self.n_replicas)]
 
-    def _remove(self, replica: Replica, at: float) -> None:
-        replica.removed_at = at
-        self.live.remove(replica)
+    @property
+    def live(self) -> list[Replica]:
+        """The replicas not removed yet."""
+        return [Replica(self, int(i)) for i in np.flatnonzero(self._live())]
+
+    def _live(self) -> np.ndarray:
+        return np.isnan(self.arrays.removed_at[: self.n_replicas])  # type: ignore[no-any-return]
+
+    def _active(self) -> np.ndarray:
+        n = self.n_replicas
+        return self._live() & np.isnan(self.arrays.draining_since[:n])  # type: ignore[no-any-return]
+
+    def _create(self, now: float, ready_at: float) -> None:
+        index = self.n_replicas
+        if index == len(self.arrays.ready_at):
+            self._grow(replicas=2 * index)
+        live = int(self._live().sum()) + 1
+        if live * self.model.max_num_seqs > len(self.arrays.columns.rep):  # what may run at once
+            self._grow(running=live * self.model.max_num_seqs)
+        s = self.arrays
+        s.created_at[index], s.ready_at[index], s.step_end[index] = now, ready_at, -math.inf
+        s.ints[engine.N_REPLICAS] += 1
+        self.blocks.append(OrderedDict())
+
+    def _grow(self, replicas: int | None = None, running: int | None = None) -> None:
+        """The fleet's arrays with room for ``replicas`` replicas or ``running`` running requests (twice what they
+        had, or more), what they held copied over."""
+        s, changes = self.arrays, dict[str, Any]()
+        if replicas is not None:
+            n = self.n_replicas
+            for name, column in _replica_columns(replicas).items():
+                column[:n] = getattr(s, name)[:n]
+                changes[name] = column
+        if running is not None:
+            changes["columns"] = s.columns.grown(self.n_running, running)
+        self.arrays = s._replace(**changes)
 
     def active(self) -> list[Replica]:
         """Replicas that count toward ``spec.replicas``: ready or starting, not draining."""
-        return [r for r in self.live if r.draining_since is None]
+        return [Replica(self, int(i)) for i in np.flatnonzero(self._active())]
 
     @property
     def spec_replicas(self) -> int:
-        return len(self.active())
+        return int(self._active().sum())
 
     def ready_replicas(self, now: float) -> int:
-        return sum(1 for r in self.active() if r.ready(now))
+        ready = self.arrays.ready_at[: self.n_replicas] <= now
+        return int((self._active() & ready).sum())
 
     @property
     def existing(self) -> int:
-        return len(self.live)
+        return int(self._live().sum())
 
     def scale_to(self, target: int, now: float) -> None:
         active = self.active()
@@ -221,143 +340,89 @@ class Fleet:
         victims = sorted(active, key=lambda r: (r.ready(now), r.in_flight, -r.created_at))[: len(active) - target]
         for replica in victims:
             if not replica.ready(now) or not self.model.drain:
-                self._abort(replica, now)
+                engine.abort(self.arrays, replica.index, now)
             else:
                 replica.draining_since = now
 
-    def _abort(self, replica: Replica, now: float) -> None:
-        mine = self.r_rep == replica.index
-        if mine.any():
-            self.dropped[self.r_req[mine]] = True
-            self.left += int(mine.sum())
-            self._drop(mine)
-        for req in replica.waiting:
-            self.dropped[req] = True
-        self.left += len(replica.waiting)
-        replica.waiting.clear()
-        replica.running = 0
-        self._remove(replica, now)
-
-    def _view(self) -> None:
-        """``r_rep`` and the others: the running requests' entries of the columns (views, updated in place)."""
-        n, c = self.n_running, self._columns
-        self.r_rep, self.r_req, self.r_pre, self.r_dec = c.rep[:n], c.req[:n], c.pre[:n], c.dec[:n]
-        self.r_start, self.r_ctx, self.r_chunk = c.start[:n], c.ctx[:n], c.chunk[:n]
-
-    def _drop(self, mask: np.ndarray) -> None:
-        """Take the running requests ``mask`` marks out, the others kept in their order."""
-        self.n_running = compact(mask, *self._columns)
-        self._view()
-        self._kv = None
-
     def kv_used(self) -> np.ndarray:
-        """The KV-cache tokens each replica (by index) holds: its running requests' blocks. Worked out once
-        between changes (routing, admission, the check for preemption and the scrape read it; the engine step hands
-        over its own count, ``engine_step``'s last value, for the requests that stay), and not to be changed in
-        place."""
-        if self._kv is None or len(self._kv) != len(self.replicas):
-            self._kv = np.bincount(self.r_rep, weights=self.model.blocks(self.r_ctx), minlength=len(self.replicas))
-        return self._kv
+        """The KV-cache tokens each replica (by index) holds: its running requests' blocks."""
+        return engine.kv_used(self.arrays)
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def _route(self, reqs: list[int], candidates: list[Replica]) -> list[float] | None:
-        """Send requests, in order, to the replicas that take traffic (there is at least one).
+    def advance(self, now: float, tick_at: float, end: float, tail_end: float, check_every: int) -> float:
+        """Step from ``now`` until the run has something to do (``engine.run_steps``): the next tick at
+        ``tick_at``, a whole ``check_every`` seconds, ``end`` passed, or the run over (``tail_end``). With prefix
+        caching a step that routes or admits is one call (``step``), the others many. Returns where it stopped."""
+        prefix = self.prefix is not None
+        if prefix and engine.needs_python(self.arrays, now):
+            self.step(now)
+            return now + self.model.step_s
+        now, scrape = engine.run_steps(self.arrays, now, tick_at, end, tail_end, check_every, prefix)
+        if scrape:
+            self._scrape(now)
+        return float(now)
 
-        Least-waiting routing picks, for each request, the replica with the fewest waiting, then the least
-        KV cache in use, then the fewest running, the first such in ``candidates``; only the waiting counts
-        change while a step's arrivals are routed (admission comes after), so the keys are built once, in
-        a heap.
-        """
-        if not reqs:
-            return None
-        if self.model.routing == "round-robin":
-            for req in reqs:
-                candidates[self.round_robin % len(candidates)].waiting.append(req)
-                self.round_robin += 1
-            return None
-        kv: list[float] = self.kv_used().tolist()
-        if self.model.routing == "prefix-aware" and self.prefix is not None:
-            self._route_by_prefix(reqs, candidates, kv)
-            return kv
-        heap = [(len(r.waiting), kv[r.index], r.running, i) for i, r in enumerate(candidates)]
-        heapq.heapify(heap)
-        for req in reqs:
-            waiting, held, running, i = heap[0]
-            candidates[i].waiting.append(req)
-            heapq.heapreplace(heap, (waiting + 1, held, running, i))
-        return kv  # the KV cache in use, unchanged until admission
+    def step(self, now: float) -> None:
+        """Advance from ``now`` to ``now + step_s``."""
+        if self.prefix is None:
+            scrape = engine.fleet_step(self.arrays, now)
+        else:
+            engine.arrive(self.arrays, now)
+            if self.model.routing == "prefix-aware":
+                self._route_by_prefix(now)
+            else:
+                engine.route(self.arrays, now)
+            reps, reqs = engine.take_admissions(self.arrays, now)
+            self._reuse_prefixes(reps, reqs)
+            scrape = engine.after_admission(self.arrays, reps, reqs, now)
+        if scrape:
+            self._scrape(now + self.model.step_s)
 
-    def _route_by_prefix(self, reqs: list[int], candidates: list[Replica], kv: list[float]) -> None:
+    def _route_by_prefix(self, now: float) -> None:
         """Prefix-aware routing: each request goes to the replica that holds the longest prefix of its
         prompt, among those with at most ``PREFIX_ROUTING_SLACK`` more waiting than the least (so that a
         popular prefix cannot pile its requests onto one replica); ties go as in least-waiting routing."""
         assert self.prefix is not None
-        waiting = [len(r.waiting) for r in candidates]
-        for req in reqs:
-            keys = self.prefix.keys(req)
-            within = min(waiting) + PREFIX_ROUTING_SLACK
-            best = min(
-                (i for i in range(len(candidates)) if waiting[i] <= within),
-                key=lambda i: (
-                    -held_prefix(candidates[i].blocks, keys),
-                    waiting[i],
-                    kv[candidates[i].index],
-                    candidates[i].running,
-                    i,
-                ),
-            )
-            candidates[best].waiting.append(req)
-            waiting[best] += 1
-
-    def _admit(self, now: float, kv: list[float] | None = None) -> None:
-        """Admit each replica's waiting requests in order while its batch has room and its KV cache has free
-        blocks for the request's prompt (a request alone is admitted whatever its size); ``kv``, the cache in
-        use if routing has just read it."""
-        model = self.model
-        cap, max_seqs, size = model.kv_cache_tokens, model.max_num_seqs, float(model.kv_block_tokens)
-        reps: list[int] = []
-        reqs: list[int] = []
-        for replica in self.live:
-            if not replica.waiting or replica.ready_at > now:
-                continue
-            if kv is None:
-                kv = self.kv_used().tolist()
-            while replica.waiting and replica.running < max_seqs:
-                req = replica.waiting[0]
-                need = math.ceil(float(self.context[req]) / size) * size
-                if replica.running and kv[replica.index] + need > cap:
-                    break
-                replica.waiting.popleft()
-                replica.running += 1
-                kv[replica.index] += need
-                reps.append(replica.index)
-                reqs.append(req)
-        if not reqs:
+        s = self.arrays
+        n = self.n_replicas
+        candidates = np.flatnonzero(self._active() & (s.ready_at[:n] <= now)).tolist()
+        first, last = self.routed, self.next_arrival
+        if not candidates or first == last:
             return
-        if self.prefix is not None:
-            for rep, req in zip(reps, reqs, strict=True):
-                if self.preempted[req]:
-                    continue
-                cached = self._reuse_prefix(self.replicas[rep], req)
-                self.computed[req] = max(self.prompt[req] - cached, 1.0)
-                self.to_prefill[req] = self.computed[req]
-        if self.n_running + len(reqs) > len(self._columns.rep):
-            self._columns = self._columns.grown(self.n_running, self.n_running + len(reqs))
-        self.n_running = admit(
-            np.asarray(reps, dtype=np.int64), np.asarray(reqs, dtype=np.int64), now, self.n_running, *self._columns,
-            self.to_prefill, self.to_decode, self.context, self.engine_arrival, self.admitted, self.served_by,
-        )  # fmt: skip
-        self._view()
-        self._kv = None
+        kv = self.kv_used().tolist()
+        running = s.running[:n].tolist()
+        waiting = s.queued[:n].tolist()
+        chosen = []
+        for req in range(first, last):
+            keys = self.prefix.keys(req)
+            within = min(waiting[r] for r in candidates) + PREFIX_ROUTING_SLACK
+            best = min(
+                (r for r in candidates if waiting[r] <= within),
+                key=lambda r: (-held_prefix(self.blocks[r], keys), waiting[r], kv[r], running[r], r),
+            )
+            chosen.append(best)
+            waiting[best] += 1
+        engine.enqueue_all(s, np.asarray(chosen, dtype=np.int64), np.arange(first, last, dtype=np.int64))
 
-    def _reuse_prefix(self, replica: Replica, req: int) -> float:
+    def _reuse_prefixes(self, reps: np.ndarray, reqs: np.ndarray) -> None:
+        """The prompt tokens each admitted request prefills: those after the prefix its replica holds (a preempted
+        one prefills what it had, again)."""
+        assert self.prefix is not None
+        for rep, req in zip(reps.tolist(), reqs.tolist(), strict=True):
+            if self.preempted[req]:
+                continue
+            cached = self._reuse_prefix(rep, req)
+            self.computed[req] = max(self.prompt[req] - cached, 1.0)
+            self.to_prefill[req] = self.computed[req]
+
+    def _reuse_prefix(self, replica: int, req: int) -> float:
         """The prompt tokens of ``req`` that ``replica`` holds from earlier prompts (the longest prefix of
         its blocks in the cache); all its blocks are then held, the first the most recently used, so that
         the cache gives up a prompt's tail before its head, as vLLM's does."""
         assert self.prefix is not None
         keys = self.prefix.keys(req)
-        cache = replica.blocks
+        cache = self.blocks[replica]
         hit = held_prefix(cache, keys)
         for key in reversed(keys):
             cache[key] = None
@@ -366,124 +431,19 @@ class Fleet:
             cache.popitem(last=False)
         return float(hit * self.prefix.block_tokens)
 
-    def step(self, now: float) -> None:
-        """Advance from ``now`` to ``now + step_s``."""
-        dt, model = self.model.step_s, self.model
-        end = now + dt
-        if self._only_decoding(end):  # what the rest would do, without its calls that find nothing to do
-            self.replica_seconds += self.existing * dt
-            if len(self.r_req):
-                self._advance(now, end)
-            return
-        candidates = [r for r in self.live if r.draining_since is None and r.ready_at <= now]
-        arrived = int(np.searchsorted(self.engine_arrival, end, side="left"))
-        kv = None
-        if candidates:
-            kv = self._route([*self.router_queue, *range(self.next_arrival, arrived)], candidates)
-            self.router_queue.clear()
-        else:
-            self.router_queue.extend(range(self.next_arrival, arrived))
-        self.next_arrival = arrived
-        self._admit(now, kv)
-        self.replica_seconds += self.existing * dt
-        if len(self.r_req):
-            self._advance(now, end)
-        for replica in list(self.live):
-            if replica.draining_since is None:
-                continue
-            if replica.in_flight == 0:
-                self._remove(replica, end)
-            elif end - replica.draining_since >= model.drain_timeout_s:
-                self._abort(replica, end)
-        if self._scrape_due(end):
-            self._scrape(end)
-
-    def _scrape_due(self, end: float) -> bool:
-        return end - self.last_scrape_at >= self.model.scrape_interval_s - 1e-9
-
-    def _only_decoding(self, end: float) -> bool:
-        """Whether this step only decodes: no request arrives, waits or is in prefill, no replica drains,
-        no scrape is due. Most steps of a sparse trace are such (70 % at 0.14 requests/s)."""
-        if self.router_queue or self._scrape_due(end):
-            return False
-        if self.next_arrival < len(self.arrival) and self.engine_arrival[self.next_arrival] < end:
-            return False
-        for replica in self.live:
-            if replica.waiting or replica.draining_since is not None:
-                return False
-        return not (self.r_pre > 0).any()
-
-    def _advance(self, now: float, end: float) -> None:
-        """One step of every replica's engine (``engine.engine_step``): prompts in prefill served first come,
-        first served, every other running request decoding; then first tokens, the requests done leave, and a
-        replica whose cache the new tokens overflow preempts its newest (``_preempt_overflow``)."""
-        model = self.model
-        done, frac, generated, leaving, kv = engine_step(
-            now, model.step_s, self.r_rep, self.r_pre, self.r_dec, self.r_start, self.r_ctx, self.r_chunk,
-            self.step_end, len(self.replicas), *self._engine,
-        )  # fmt: skip
-        self.generation_tokens_total += generated
-        ttft, prompts, left, left_prompts = settle(
-            done, frac, leaving, now, model.step_s, end, self.r_rep, self.r_req,
-            self.preempted, self.first_token, self.arrival, self.prompt, self.finished,
-        )  # fmt: skip
-        if len(ttft):  # counted in vLLM's TTFT histogram and token counters (cached prompt tokens included)
-            self._ttfts.append(ttft)
-            self.ttft_sum += float(ttft.sum())
-            self.prompt_tokens_total += float(prompts.sum())
-            self.generation_tokens_total += float(len(ttft))
-        if len(left):  # their batch slots and KV cache are free; vLLM counts their prompts in its histogram
-            self._finished_prompts.append(left_prompts)
-            self.left += len(left)
-            for rep in left.tolist():
-                self.replicas[rep].running -= 1
-            self._drop(leaving)
-        self._kv = kv
-        self._preempt_overflow()
-
-    def _preempt_overflow(self) -> None:
-        """Where a replica's running requests hold more KV blocks than its cache has, preempt the newest
-        until they fit (vLLM V1's recompute preemption): each frees its blocks and goes back to the head of
-        its replica's queue, to prefill its prompt and generated tokens again and decode the rest."""
-        model = self.model
-        kv = self.kv_used()
-        if kv.max(initial=0.0) <= model.kv_cache_tokens + 1e-9:
-            return
-        over = np.flatnonzero(kv > model.kv_cache_tokens + 1e-9)
-        held = model.blocks(self.r_ctx)
-        drop = np.zeros(len(self.r_rep), dtype=bool)
-        for rep in over.tolist():
-            replica = self.replicas[rep]
-            mine = np.flatnonzero(self.r_rep == rep)
-            total = float(kv[rep])
-            for k in mine[::-1].tolist():
-                if total <= model.kv_cache_tokens + 1e-9 or replica.running <= 1:
-                    break
-                req = int(self.r_req[k])
-                total -= float(held[k])
-                drop[k] = True
-                replica.running -= 1
-                replica.waiting.appendleft(req)
-                self.preemptions += 1
-                replica.preemptions += 1
-                if self.r_pre[k] <= 0:  # its first token is out: it resumes with what it has generated
-                    self.preempted[req] = True
-                    self.context[req] = self.to_prefill[req] = float(self.r_ctx[k])
-                    self.to_decode[req] = float(self.r_dec[k])
-        self._drop(drop)
-
     # -- what Prometheus sees ---------------------------------------------------------------------
 
     def _scrape(self, now: float) -> None:
-        up = [r for r in self.live if r.ready_at <= now]
-        kv = self.kv_used().tolist()
-        waiting = tuple(float(len(r.waiting)) for r in up)
+        s, n = self.arrays, self.n_replicas
+        up = np.flatnonzero(self._live() & (s.ready_at[:n] <= now))
+        kv = self.kv_used()[up].tolist()
+        waiting = tuple(s.queued[up].astype(np.float64).tolist())
         scrape = Scrape(
             at=now,
             up=len(up),
             waiting=float(sum(waiting)),
-            running=float(sum(r.running for r in up)),
-            kv_max=max((kv[r.index] / self.model.kv_cache_tokens for r in up), default=math.nan),
+            running=float(sum(s.running[up].tolist())),
+            kv_max=max((held / self.model.kv_cache_tokens for held in kv), default=math.nan),
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
             per_pod_waiting=waiting,
@@ -491,10 +451,10 @@ class Fleet:
             ttft_sum=self.ttft_sum,
         )
         self.scrapes.append(scrape)
-        self.last_scrape_at = now
+        s.sums[engine.LAST_SCRAPE] = now
         while self.scrapes and self.scrapes[0].at < now - max(RATE_WINDOW_S, self.model.staleness_s) - 1:
             self.scrapes.popleft()
-        if up:
+        if len(up):
             self.prompt_scrapes.append((now, np.cumsum(self.prompt_counts)))
         while self.prompt_scrapes and self.prompt_scrapes[0][0] < now - PROMPT_SPREAD_WINDOW_S:
             self.prompt_scrapes.popleft()
@@ -560,9 +520,40 @@ class Fleet:
 
     @property
     def done(self) -> bool:
-        return (
-            self.next_arrival >= len(self.arrival)
-            and not len(self.r_req)
-            and not self.router_queue
-            and all(not r.waiting for r in self.live)
-        )
+        """Every request has arrived and none is waiting or running."""
+        return bool(engine.done(self.arrays))
+
+
+def _replica_columns(capacity: int) -> dict[str, np.ndarray]:
+    """``engine.FleetArrays``' per-replica arrays for ``capacity`` replicas: none yet draining or removed, every
+    queue empty."""
+    columns = {name: np.full(capacity, np.nan) for name in ("created_at", "ready_at", "draining_since", "removed_at")}
+    columns["step_end"] = np.full(capacity, -math.inf)
+    for name in ("running", "preemptions", "queued"):
+        columns[name] = np.zeros(capacity, dtype=np.int64)
+    for name in ("head", "tail"):
+        columns[name] = np.full(capacity, engine.NONE, dtype=np.int64)
+    return columns
+
+
+def warm() -> None:
+    """Compile the fleet's steps now (or load them from numba's cache), on a fleet of two requests, and the passes
+    the steps with prefix caching call one by one: what a process does before it forks workers, so that they
+    inherit the machine code rather than each compile it (about 3 s on two cores, the same work twice) while they
+    cannot yet hear that their run is no longer wanted."""
+    if not engine.COMPILED:
+        return
+    model = ReplicaModel(kv_cache_tokens=4096, drain_timeout_s=1.0)
+    trace = Trace("warm", np.array([0.0, 0.5]), np.array([3000, 3000]), np.array([400, 400]))
+    fleet = Fleet(model, trace, 2)
+    now = fleet.advance(0.0, 30.0, 0.5, 60.0, 60)
+    fleet.step(now)
+    s = fleet.arrays
+    engine.needs_python(s, now)
+    engine.arrive(s, now)
+    engine.route(s, now)
+    engine.enqueue_all(s, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    reps, reqs = engine.take_admissions(s, now)
+    engine.after_admission(s, reps, reqs, now)
+    fleet.kv_used()
+    fleet.scale_to(0, now)

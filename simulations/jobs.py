@@ -18,7 +18,7 @@ from typing import Any
 from policies.policy_file import PolicyFile, Workload
 from simulations.clairvoyant import FOLLOWERS, cheapest_follower
 from simulations.contenders import keda_contender, policy_contender, policy_variant
-from simulations.engine import warm
+from simulations.fleet import warm
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult, run
 from simulations.traces import Trace

@@ -98,7 +98,7 @@ def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = Fa
     if hint := long_run_hint(trace, model):
         note(hint, "\n")
     if not COMPILED:
-        note(f"numba is not installed, so each simulated step runs uncompiled, 3 to 4 times slower: {SIM_EXTRA}", "\n")
+        note(f"numba is not installed, so the simulator runs uncompiled, some 25 times slower: {SIM_EXTRA}", "\n")
     workload = document.workloads[0]
     chosen = request.policies or ([workload.policy_type] if request.document else DEFAULT_POLICY_TYPES)
     types = list(dict.fromkeys(chosen))

@@ -278,7 +278,6 @@ def run(
     """
     fleet = Fleet(model, trace, initial_replicas)
     end = float(trace.arrival_s[-1])
-    dt = model.step_s
     now, next_tick = 0.0, 0.0
     gpu_seconds_at_end: float | None = None
     events = 0
@@ -305,8 +304,9 @@ def run(
                 series["ready"].append(fleet.ready_replicas(now))
                 series["arrivals"].append((fleet.next_arrival - last_arrivals) / contender.interval)
                 last_arrivals = fleet.next_arrival
-        fleet.step(now)
-        now += dt
+        # The fleet steps on until the loop has something to do: a tick, a check, the last arrival passed, the end.
+        ticking = now <= end or zeros is not None
+        now = fleet.advance(now, next_tick if ticking else math.inf, end, end + tail_limit_s, STOP_CHECK_S)
         second = int(now)
         if second % STOP_CHECK_S == 0 and (
             (stop is not None and stop())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulations import engine
 from simulations.builtin import builtin_policy
 from simulations.contenders import keda_contender
 from simulations.fleet import Fleet
@@ -15,12 +16,11 @@ from simulations.traces import Trace
 def test_keda_avg_reproduces_the_articles_under_scaling() -> None:
     """4 pods with 8 waiting each: the article's per-pod average keeps 4 replicas; the sum asks for 16."""
     model = ReplicaModel()
-    trace = Trace("idle", np.array([0.0, 1.0]), np.array([10, 10]), np.array([1, 1]))
+    trace = Trace("idle", np.zeros(32), np.full(32, 10), np.ones(32, dtype=np.int64))
     document = builtin_policy()
     workload = document.workloads[0].model_copy(update={"max_replicas": 32})
     fleet = Fleet(model, trace, 4)
-    for replica in fleet.replicas:
-        replica.waiting.extend(range(8))
+    engine.enqueue_all(fleet.arrays, np.arange(32, dtype=np.int64) // 8, np.arange(32, dtype=np.int64))
     fleet._scrape(0.0)
     for average, expected in ((True, 4), (False, 16)):
         contender = keda_contender(document, workload, model, average)

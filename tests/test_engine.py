@@ -282,23 +282,29 @@ def test_the_compiled_columns_passes_are_the_interpreted_ones() -> None:
 
 @pytest.mark.skipif(not COMPILED, reason="numba is not installed: nothing is compiled")
 def test_warming_compiles_what_a_fleets_steps_call() -> None:
-    """``warm`` (before ``simulate`` forks its workers) compiles the step and each pass for the types a fleet calls
-    them with: a fleet's steps after it add no compiled version, so a forked worker compiles nothing."""
-    from simulations.engine import warm
-    from simulations.fleet import Fleet
+    """``warm`` (before ``simulate`` forks its workers) compiles every compiled function for the types a fleet calls
+    them with: a fleet's steps after it, many a call, one a call, with prefix caching and scaled in, add no compiled
+    version, so a forked worker compiles nothing."""
+    import math
+
+    from simulations import engine
+    from simulations.fleet import Fleet, warm
     from tests.helpers import poisson_trace
 
+    compiled = [f for f in vars(engine).values() if callable(getattr(f, "jitted", None))]
+
     def versions() -> list[int]:
-        held = []
-        for function in (engine_step, admit, settle, compact):
-            cells = dict(zip(function.__code__.co_freevars, function.__closure__ or (), strict=True))
-            held.append(len(cells["dispatcher"].cell_contents.signatures))
-        return held
+        return [len(f.jitted().signatures) for f in compiled]
 
     warm()
     warmed = versions()
     fleet = Fleet(ReplicaModel(kv_cache_tokens=20_000), poisson_trace(3.0, 200, 900, 60), 2)
-    for second in range(120):
-        fleet.step(float(second))
+    now = 0.0
+    while now < 60.0:
+        now = fleet.advance(now, math.inf, 60.0, 3600.0, 60)
+    for _ in range(60):
+        fleet.step(now)
+        now += 1.0
+    fleet.scale_to(1, now)
     assert fleet.preemptions > 0 and np.isfinite(fleet.finished).any()  # every pass has been called
     assert versions() == warmed

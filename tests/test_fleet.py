@@ -1,8 +1,9 @@
 """The simulated fleet (``simulations.fleet``): prefill in order, decode cost, admission and preemption, scrapes,
-the light-load shortcut."""
+many steps a call, the steps with prefix caching."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from simulations.engine import RUNNING_CAPACITY
 from simulations.fleet import Fleet
 from simulations.replica_model import ReplicaModel
 from simulations.runner import slo_met
-from simulations.traces import Trace
+from simulations.traces import PrefixBlocks, Trace
 from tests.helpers import drain, poisson_trace
 
 
@@ -181,39 +182,71 @@ def test_the_kv_gauge_shows_the_blocks_in_use() -> None:
     assert scrape.kv_max == pytest.approx(float(model.blocks(np.array(4000 + generated - 1))) / 1e4)
 
 
+def _light_trace(seed: int, n: int = 400, prefix: bool = False) -> Trace:
+    """Requests spread over 15 minutes, enough for three replicas with a small cache to preempt now and then; with
+    ``prefix``, each prompt's blocks recorded, none shared with another prompt."""
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(50, 6000, n)
+    blocks = None
+    if prefix:
+        counts = -(-prompts // 16)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        blocks = PrefixBlocks(offsets, np.arange(int(offsets[-1]), dtype=np.int64), 16)
+    return Trace("light", np.sort(rng.uniform(0, 900, n)), prompts, rng.integers(1, 400, n), prefix=blocks)
+
+
+def _figures(fleet: Fleet) -> list[Any]:
+    """Every figure a run is judged by, and every counter Prometheus reads."""
+    return [
+        *fleet.first_token.tolist(),
+        *fleet.finished.tolist(),
+        *fleet.admitted.tolist(),
+        *fleet.ttft_counts.tolist(),
+        *fleet.prompt_counts.tolist(),
+        fleet.prompt_tokens_total,
+        fleet.generation_tokens_total,
+        fleet.ttft_sum,
+        fleet.replica_seconds,
+        fleet.preemptions,
+        *[v for s in fleet.scrapes for v in (s.at, s.waiting, s.running, s.kv_max)],
+    ]
+
+
+def _advanced(fleet: Fleet) -> Fleet:
+    """``fleet`` run as ``runner.run`` runs it without a controller: many steps a call, until every request is done."""
+    now, end = 0.0, float(fleet.trace.arrival_s[-1])
+    while now <= end or not fleet.done:
+        now = fleet.advance(now, math.inf, end, end + 3600.0, 60)
+    return fleet
+
+
 @pytest.mark.parametrize("chunk", [2048, 256])
-def test_the_shortcut_steps_as_the_general_step(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
-    """A step that only decodes skips routing, admission and draining (most steps of a light load); with the
-    shortcut turned off every step goes the general way, and every figure is the same."""
-    rng = np.random.default_rng(3)
-    n = 400
-    trace = Trace(
-        "light",
-        np.sort(rng.uniform(0, 900, n)),
-        rng.integers(50, 6000, n),
-        rng.integers(1, 400, n),
-    )
+def test_many_steps_a_call_are_a_step_a_call(chunk: int) -> None:
+    """``Fleet.advance`` runs compiled steps until the run has something to do; stepping a second a call
+    (``Fleet.step``) gives every figure the same to the bit."""
     model = ReplicaModel(max_num_batched_tokens=chunk, kv_cache_tokens=20_000)
+    trace = _light_trace(3)
+    by_step = Fleet(model, trace, 3)
+    drain(by_step)
+    fleet = _advanced(Fleet(model, trace, 3))
+    assert fleet.preemptions > 0 and np.isfinite(fleet.finished).all()  # it preempted, and decoded to the end
+    assert _figures(fleet) == pytest.approx(_figures(by_step), rel=0, abs=0, nan_ok=True)
 
-    def figures() -> list[Any]:
-        fleet = Fleet(model, trace, 3)
-        drain(fleet)
-        return [
-            *fleet.first_token.tolist(),
-            *fleet.finished.tolist(),
-            *fleet.admitted.tolist(),
-            *fleet.ttft_counts.tolist(),
-            fleet.prompt_tokens_total,
-            fleet.generation_tokens_total,
-            fleet.replica_seconds,
-            fleet.preemptions,
-        ]
 
-    shortcuts = figures()
-    monkeypatch.setattr(Fleet, "_only_decoding", lambda self, end: False)
-    general = figures()
-    assert shortcuts == pytest.approx(general, rel=0, abs=0, nan_ok=True)
-    assert np.isfinite(shortcuts[n : 2 * n]).all()  # every request finished: the run exercised the decode too
+def test_the_steps_with_prefix_caching_are_the_compiled_steps() -> None:
+    """With prefix caching a step that routes or admits is the compiled passes called one by one, the prefix
+    caches kept between them in Python, and the steps between such steps run many a call: where no prompt shares
+    a block with another, every figure is that of the fleet without prefix caching, a step a call or many."""
+    model = ReplicaModel(kv_cache_tokens=20_000)
+    plain = Fleet(model, _light_trace(5), 3)
+    drain(plain)
+    for run in (drain, _advanced):
+        cached = Fleet(model, _light_trace(5, prefix=True), 3)
+        assert cached.prefix is not None
+        run(cached)
+        assert cached.preemptions > 0
+        assert _figures(cached) == pytest.approx(_figures(plain), rel=0, abs=0, nan_ok=True)
 
 
 def test_the_replicas_expose_vllms_prompt_length_histogram() -> None:
