@@ -21,6 +21,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,6 +68,20 @@ def host_probe() -> float:
     return best
 
 
+WARM = [sys.executable, "-c", "from simulations.fleet import warm; warm()"]
+
+
+def first_compile() -> float:
+    """Seconds to compile the simulator with an empty numba cache, what the first run after an install adds once;
+    then the cache the runs use is filled, so that they measure the simulation, not the compiling."""
+    with tempfile.TemporaryDirectory() as cache:
+        started = time.perf_counter()
+        subprocess.run(WARM, check=True, cwd=ROOT, env={**os.environ, "NUMBA_CACHE_DIR": cache})
+        seconds = time.perf_counter() - started
+    subprocess.run(WARM, check=True, cwd=ROOT)
+    return seconds
+
+
 def one_run() -> tuple[float, float, str]:
     """Wall seconds, peak RSS (MiB) of the largest process, and the report's first lines."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -89,6 +104,7 @@ def main() -> None:
     walls, peaks = [], []
     reports: list[dict[str, object]] = []
     probes = [host_probe()]
+    compiling = first_compile()
     for i in range(args.runs):
         wall, peak, out = one_run()
         walls.append(wall)
@@ -120,6 +136,9 @@ built-in replica with a 24-sequence batch, the built-in workload given only an S
 |---|---|---|
 | median of {args.runs} | {median:.1f} | {statistics.median(peaks):.0f} |
 | min / max | {min(walls):.1f} / {max(walls):.1f} | {min(peaks):.0f} / {max(peaks):.0f} |
+
+The first run after an install also compiles the simulator (numba, an empty cache): {compiling:.1f} s, once; the
+runs above load it from the cache.
 
 The host's speed, a fixed loop of the interpreter (`host_probe`) before and after the runs: {probes[0]:.3f} and
 {probes[1]:.3f} s.
