@@ -194,7 +194,7 @@ def simulate_run(model: ReplicaModel, run: BenchRun, seed: int = 0) -> Summary:
     step_s = max(STEP_S, min(run.duration / STEPS_A_RUN, run.median_ttft_ms / 1e3 / TTFT_STEPS))
     fleet = Fleet(model.model_copy(update={"step_s": step_s}), Trace("bench", arrival, prompt, output), 1)
     if model.prefix_caching:  # the benchmark's test request left its first prompt in the cache: a block is computed
-        fleet.computed[0] = fleet.to_prefill[0] = min(float(prompt[0]), float(model.kv_block_tokens))
+        fleet.cached(0, min(float(prompt[0]), float(model.kv_block_tokens)))
     sent, now = 0, 0.0
     sent_at = -math.inf
     while fleet.left < n:

@@ -104,17 +104,7 @@ def engine_step(
     """
     n = len(rep)
     end = now + dt
-    # Each replica's requests in order of admission: a counting sort of the positions by replica.
-    count = np.zeros(replicas + 1, dtype=np.int64)
-    for k in range(n):
-        count[rep[k] + 1] += 1
-    for r in range(replicas):
-        count[r + 1] += count[r]
-    mine = np.empty(n, dtype=np.int64)
-    fill = count[:-1].copy()
-    for k in range(n):
-        mine[fill[rep[k]]] = k
-        fill[rep[k]] += 1
+    count, mine = _by_replica(rep, replicas)
     out = np.zeros(n, dtype=np.bool_)
     for k in range(n):
         out[k] = pre[k] <= 0.0 and dec[k] <= 1e-9
@@ -123,7 +113,7 @@ def engine_step(
     completed = 0
     generated = 0.0
     for r in range(replicas):
-        first, last = count[r], count[r + 1]
+        ours = mine[count[r] : count[r + 1]]
         t = now
         while t < end:
             ending = step_end[r] > t  # a step under way: its tokens come out when it ends
@@ -132,59 +122,130 @@ def engine_step(
             if ending:
                 steps, until = 1.0, step_end[r]
             else:
-                batch = 0.0
-                context = 0.0
-                for j in range(first, last):
-                    k = mine[j]
-                    if pre[k] <= 0.0 and not out[k]:
-                        batch += 1.0
-                        context += ctx[k]
-                cost = weight_read_s + kv_read_s_per_token * context + batch / flops
-                room = budget - batch
-                prompts = 0.0
-                arrives = end
-                for j in range(first, last):
-                    k = mine[j]
-                    if pre[k] <= 0.0:
-                        continue
-                    if start[k] > t:
-                        arrives = min(arrives, start[k])
-                    elif room > 0.0:
-                        chunk[k] = min(pre[k], room)
-                        room -= chunk[k]
-                        prompts += chunk[k]
+                cost, prompts, arrives = _compose(
+                    t, end, ours, pre, start, ctx, chunk, out, weight_read_s, kv_read_s_per_token, flops, budget
+                )
                 if prompts > 0.0:
                     step_end[r] = t + cost + prompts / flops
                     continue
                 # Decoding alone until the next prompt is admitted or the call ends.
                 steps, until = (arrives - t) / cost, arrives
-            for j in range(first, last):  # the decoding sequences: a token a step
-                k = mine[j]
-                if pre[k] <= 0.0 and not out[k]:
-                    token = min(steps, dec[k])
-                    dec[k] -= token
-                    ctx[k] += token
-                    generated += token
-                    out[k] = dec[k] <= 1e-9
+            generated = _decode(steps, ours, pre, dec, ctx, out, generated)
             t = until
-            if not ending:
-                continue
-            for j in range(first, last):  # the step's chunks: the prompts it completes have their first token
-                k = mine[j]
-                if chunk[k] > 0.0:
-                    pre[k] = max(pre[k] - chunk[k], 0.0)
-                    chunk[k] = 0.0
-                    if pre[k] <= 1e-9:
-                        pre[k] = 0.0
-                        out[k] = dec[k] <= 1e-9
-                        done[completed] = k
-                        frac[completed] = (t - now) / dt
-                        completed += 1
+            if ending:
+                completed = _end_step((t - now) / dt, ours, pre, dec, chunk, out, done, frac, completed)
     kv = np.zeros(replicas)
     for k in range(n):
         if not out[k]:
-            kv[rep[k]] += np.ceil(ctx[k] / block) * block
+            kv[rep[k]] += held(ctx[k], block)
     return done[:completed], frac[:completed], generated, out, kv
+
+
+@_compiled
+def held(tokens: float, block: float) -> float:
+    """The KV-cache tokens that ``tokens`` occupy: whole blocks (``ReplicaModel.blocks``, one value)."""
+    return float(np.ceil(tokens / block) * block)
+
+
+@_compiled
+def _by_replica(rep: np.ndarray, replicas: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each replica's running requests in order of admission, a counting sort of their positions by replica:
+    replica ``r``'s are ``mine[count[r]:count[r + 1]]``."""
+    count = np.zeros(replicas + 1, dtype=np.int64)
+    for k in range(len(rep)):
+        count[rep[k] + 1] += 1
+    for r in range(replicas):
+        count[r + 1] += count[r]
+    mine = np.empty(len(rep), dtype=np.int64)
+    fill = count[:-1].copy()
+    for k in range(len(rep)):
+        mine[fill[rep[k]]] = k
+        fill[rep[k]] += 1
+    return count, mine
+
+
+@_compiled
+def _compose(
+    t: float,
+    end: float,
+    ours: np.ndarray,
+    pre: np.ndarray,
+    start: np.ndarray,
+    ctx: np.ndarray,
+    chunk: np.ndarray,
+    out: np.ndarray,
+    weight_read_s: float,
+    kv_read_s_per_token: float,
+    flops: float,
+    budget: float,
+) -> tuple[float, float, float]:
+    """The engine step a replica (its requests ``ours``) starts at ``t``: one token of every decoding sequence and,
+    first come, first served, chunks of the prompts admitted by then within the step's token budget (written to
+    ``chunk``). Returns its cost without the prompts' compute, the prompt tokens it takes, and when the next prompt
+    is admitted (``end`` if none is before)."""
+    batch = 0.0
+    context = 0.0
+    for k in ours:
+        if pre[k] <= 0.0 and not out[k]:
+            batch += 1.0
+            context += ctx[k]
+    cost = weight_read_s + kv_read_s_per_token * context + batch / flops
+    room = budget - batch
+    prompts = 0.0
+    arrives = end
+    for k in ours:
+        if pre[k] <= 0.0:
+            continue
+        if start[k] > t:
+            arrives = min(arrives, start[k])
+        elif room > 0.0:
+            chunk[k] = min(pre[k], room)
+            room -= chunk[k]
+            prompts += chunk[k]
+    return cost, prompts, arrives
+
+
+@_compiled
+def _decode(
+    steps: float, ours: np.ndarray, pre: np.ndarray, dec: np.ndarray, ctx: np.ndarray, out: np.ndarray, generated: float
+) -> float:
+    """``steps`` engine steps of a replica's decoding sequences (of ``ours``): a token a step each, as many as it has
+    left. Returns ``generated`` with their tokens added, one by one."""
+    for k in ours:
+        if pre[k] <= 0.0 and not out[k]:
+            token = min(steps, dec[k])
+            dec[k] -= token
+            ctx[k] += token
+            generated += token
+            out[k] = dec[k] <= 1e-9
+    return generated
+
+
+@_compiled
+def _end_step(
+    at: float,
+    ours: np.ndarray,
+    pre: np.ndarray,
+    dec: np.ndarray,
+    chunk: np.ndarray,
+    out: np.ndarray,
+    done: np.ndarray,
+    frac: np.ndarray,
+    completed: int,
+) -> int:
+    """The end of a replica's engine step, at ``at`` of the call: the prompts its chunks complete have their first
+    token (recorded in ``done`` and ``frac`` after the ``completed`` before). Returns how many are recorded."""
+    for k in ours:
+        if chunk[k] > 0.0:
+            pre[k] = max(pre[k] - chunk[k], 0.0)
+            chunk[k] = 0.0
+            if pre[k] <= 1e-9:
+                pre[k] = 0.0
+                out[k] = dec[k] <= 1e-9
+                done[completed] = k
+                frac[completed] = at
+                completed += 1
+    return completed
 
 
 RUNNING_CAPACITY = 256  # a fleet's running requests' columns at first; they double when admission outgrows them
@@ -415,12 +476,12 @@ def pairwise_sum(values: np.ndarray) -> float:
     sizes = np.empty(64, dtype=np.int64)
     stages = np.zeros(64, dtype=np.int64)
     sums = np.empty(64)
-    firsts[0], sizes[0], top, held = 0, len(values), 1, 0
+    firsts[0], sizes[0], top, summed = 0, len(values), 1, 0
     while top:
         first, n, stage = firsts[top - 1], sizes[top - 1], stages[top - 1]
         if n <= 128:
-            sums[held] = _block_sum(values, first, n)
-            held += 1
+            sums[summed] = _block_sum(values, first, n)
+            summed += 1
             top -= 1
             continue
         half = n // 2
@@ -430,8 +491,8 @@ def pairwise_sum(values: np.ndarray) -> float:
             firsts[top], sizes[top], stages[top] = first + stage * half, half if stage == 0 else n - half, 0
             top += 1
         else:
-            held -= 1
-            sums[held - 1] += sums[held]
+            summed -= 1
+            sums[summed - 1] += sums[summed]
             top -= 1
     return float(sums[0])
 
@@ -474,7 +535,7 @@ def kv_used(s: FleetArrays) -> np.ndarray:
     kv = np.zeros(s.ints[N_REPLICAS])
     block = s.params[BLOCK]
     for k in range(s.ints[N_RUNNING]):
-        kv[s.columns.rep[k]] += np.ceil(s.columns.ctx[k] / block) * block
+        kv[s.columns.rep[k]] += held(s.columns.ctx[k], block)
     return kv
 
 
@@ -538,7 +599,7 @@ def take_admissions(s: FleetArrays, now: float) -> tuple[np.ndarray, np.ndarray]
             continue
         while s.queued[r] > 0 and s.running[r] < max_seqs:
             request = s.head[r]
-            need = np.ceil(s.context[request] / block) * block
+            need = held(s.context[request], block)
             if s.running[r] > 0 and kv[r] + need > cap:
                 break
             s.head[r] = s.link[request]
@@ -588,7 +649,7 @@ def _preempt_overflow(s: FleetArrays, kv: np.ndarray) -> None:
             if total <= cap or s.running[r] <= 1:
                 break
             request = s.columns.req[k]
-            total -= np.ceil(s.columns.ctx[k] / block) * block
+            total -= held(s.columns.ctx[k], block)
             drop[k] = True
             s.running[r] -= 1
             requeue(s, r, request)

@@ -260,6 +260,11 @@ class Fleet:
         self.arrival[req] = at
         self.engine_arrival[req] = at + self.model.request_overhead_s
 
+    def cached(self, req: int, computed: float) -> None:
+        """Request ``req`` will find its prompt in its replica's prefix cache but for its last ``computed`` tokens,
+        which it prefills (``vllm bench serve``'s test request leaves the run's first prompt there)."""
+        self.computed[req] = self.to_prefill[req] = computed
+
     @property
     def ttft_counts(self) -> np.ndarray:
         """First tokens so far by ``TTFT_BUCKETS`` bucket (then ``+Inf``), not cumulative."""

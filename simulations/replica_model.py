@@ -101,12 +101,6 @@ class ReplicaModel(StrictModel):
         step = self.weight_read_s + batch / self.prefill_tokens_per_s + self.kv_read_s_per_token * batch * context
         return 1.0 / step
 
-    def blocks(self, tokens: np.ndarray) -> np.ndarray:
-        """The KV-cache tokens that ``tokens`` occupy: whole blocks of ``kv_block_tokens``."""
-        size = float(self.kv_block_tokens)
-        held: np.ndarray = np.ceil(tokens / size) * size
-        return held
-
     def sequences_held(self, request_tokens: float) -> float:
         """How many requests of ``request_tokens`` (prompt and output) a replica runs at once: its
         ``max_num_seqs``, or as many as its KV cache fits if fewer."""
