@@ -308,3 +308,14 @@ def test_warming_compiles_what_a_fleets_steps_call() -> None:
     fleet.scale_to(1, now)
     assert fleet.preemptions > 0 and np.isfinite(fleet.finished).any()  # every pass has been called
     assert versions() == warmed
+
+
+def test_the_totals_are_added_as_numpy_adds_them() -> None:
+    """``pairwise_sum`` gives ``ndarray.sum`` to the bit, below eight values, in blocks of eight and halved past 128:
+    the TTFT histogram's sum and the token counters are then those the Python steps made."""
+    from simulations.engine import pairwise_sum
+
+    rng = np.random.default_rng(7)
+    for n in [*range(0, 300), 511, 1024, 1031, 4096, 10_007]:
+        for values in (rng.lognormal(0.0, 3.0, n), rng.exponential(1.0, n) * 1e-3):
+            assert pairwise_sum(values) == float(values.sum())
