@@ -17,6 +17,7 @@ fit for one line; the command line prints it and exits 2 (docs/contract.md).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from simulations.compare import DEFAULT_POLICY_TYPES, Comparison, compare
 from simulations.contenders import policy_contender
 from simulations.deployable import deployable
 from simulations.engine import COMPILED, SIM_EXTRA
+from simulations.fleet import warm
 from simulations.replica_model import ReplicaModel, parse_overrides
 from simulations.report import percent, report
 from simulations.runner import floor_to, long_run_hint, run
@@ -94,11 +96,13 @@ def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = Fa
     """Resolve, size, compare and report (the module's docstring); ``note`` is told what the sizing does,
     ``progress`` draws a bar on a terminal."""
     ttft, target = request.slo()
+    if not COMPILED:
+        note(f"numba is not installed, so the simulator runs uncompiled, some 25 times slower: {SIM_EXTRA}", "\n")
+    elif (seconds := _compile()) >= COMPILE_NOTE_S:
+        note(f"compiled the simulator in {seconds:.0f} s, once: numba keeps it for the runs after this one", "\n")
     model, trace, document, sizing = resolve(request, ttft, target, note)
     if hint := long_run_hint(trace, model):
         note(hint, "\n")
-    if not COMPILED:
-        note(f"numba is not installed, so the simulator runs uncompiled, some 25 times slower: {SIM_EXTRA}", "\n")
     workload = document.workloads[0]
     chosen = request.policies or ([workload.policy_type] if request.document else DEFAULT_POLICY_TYPES)
     types = list(dict.fromkeys(chosen))
@@ -129,6 +133,16 @@ def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = Fa
         done.idle = compare(synthetic_idle(request.seed), model, idle, ["predictive"], ttft, target, progress=progress)
         data["scale_to_zero"] = report(done.idle, {"seed": request.seed})
     return done
+
+
+COMPILE_NOTE_S = 5.0  # a compile this long is said: it was the first run since an install (or a change)
+
+
+def _compile() -> float:
+    """Compile the simulator now, or load it from numba's cache (about a second): the seconds it took."""
+    started = time.perf_counter()
+    warm()
+    return time.perf_counter() - started
 
 
 def resolve(

@@ -70,6 +70,16 @@ def test_without_numba_the_simulation_says_it_runs_uncompiled(monkeypatch: pytes
     assert any("numba is not installed" in n and "vllm-autoscaler[sim]" in n for n in notes)
 
 
+@pytest.mark.parametrize(("seconds", "said"), [(17.0, True), (0.7, False)])
+def test_a_first_compile_is_said(monkeypatch: pytest.MonkeyPatch, seconds: float, said: bool) -> None:
+    """The first run after an install compiles the simulator for some seconds before anything else: a note says so,
+    where loading it from numba's cache, about a second, is not worth one."""
+    notes: list[str] = []
+    monkeypatch.setattr("simulations.request._compile", lambda: seconds)
+    simulate(SimulationRequest(time_scale=8.0, policies=("threshold",)), lambda text, end: notes.append(text))
+    assert any(n.startswith("compiled the simulator in 17 s") for n in notes) == said
+
+
 def test_the_builtin_workload_is_sized_for_the_trace_as_it_is_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
     """At ``--time-scale 24`` a day runs in an hour: the rise within a cold start and the fleet the start is
     load-tested at are of the hour, so the sizing reads the trace already scaled, the one the run replays."""
