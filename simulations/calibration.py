@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from simulations import engine
 from simulations.fleet import Fleet
 from simulations.replica_model import ReplicaModel, first_problem
 from simulations.traces import Trace
@@ -195,17 +196,8 @@ def simulate_run(model: ReplicaModel, run: BenchRun, seed: int = 0) -> Summary:
     fleet = Fleet(model.model_copy(update={"step_s": step_s}), Trace("bench", arrival, prompt, output), 1)
     if model.prefix_caching:  # the benchmark's test request left its first prompt in the cache: a block is computed
         fleet.cached(0, min(float(prompt[0]), float(model.kv_block_tokens)))
-    sent, now = 0, 0.0
-    sent_at = -math.inf
-    while fleet.left < n:
-        while sent < n and schedule[sent] <= now + step_s and sent - fleet.left < limit:
-            sent_at = max(float(schedule[sent]), now, sent_at + SEND_GAP_S)
-            fleet.release(sent, sent_at)
-            sent += 1
-        fleet.step(now)
-        now += step_s
-        if now > 1e6:
-            raise CalibrationError("the simulated replica did not finish the run within 10^6 s")
+    if engine.replay_bench(fleet.arrays, schedule, limit, SEND_GAP_S, model.request_overhead_s, 1e6) > 1e6:
+        raise CalibrationError("the simulated replica did not finish the run within 10^6 s")
     ttft = (fleet.first_token - fleet.arrival) * 1e3
     decoded = output > 1
     tpot = (fleet.finished[decoded] - fleet.first_token[decoded]) / (output[decoded] - 1) * 1e3

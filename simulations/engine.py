@@ -806,3 +806,26 @@ def run_steps(
             return now, False
         if prefix and needs_python(s, now):
             return now, False
+
+
+@_compiled
+def replay_bench(
+    s: FleetArrays, schedule: np.ndarray, limit: int, gap: float, overhead: float, give_up: float
+) -> float:
+    """Step a fleet of one replica through a benchmark's requests from time 0 until all have left, as ``vllm bench
+    serve`` sends them: each at its time in ``schedule``, once fewer than ``limit`` are in flight, and ``gap`` after
+    the one before (its arrival, and the engine's ``overhead`` after it, are set then). Returns the time it
+    stopped: past ``give_up`` if the replica had not finished by then. Its scrapes are not kept: nothing reads them."""
+    n, dt = len(schedule), s.params[DT]
+    sent, now, sent_at = 0, 0.0, -np.inf
+    while s.ints[LEFT] < n:
+        while sent < n and schedule[sent] <= now + dt and sent - s.ints[LEFT] < limit:
+            sent_at = max(schedule[sent], now, sent_at + gap)
+            s.arrival[sent] = sent_at
+            s.engine_arrival[sent] = sent_at + overhead
+            sent += 1
+        fleet_step(s, now)
+        now += dt
+        if now > give_up:
+            break
+    return now

@@ -254,12 +254,6 @@ class Fleet:
         """When each replica's engine step under way ends (by index)."""
         return self.arrays.step_end[: self.n_replicas]
 
-    def release(self, req: int, at: float) -> None:
-        """A closed-loop client sends request ``req`` at ``at``: its arrival was left unknown (``inf``) in
-        the trace until now. Requests are released in order, so arrivals stay sorted."""
-        self.arrival[req] = at
-        self.engine_arrival[req] = at + self.model.request_overhead_s
-
     def cached(self, req: int, computed: float) -> None:
         """Request ``req`` will find its prompt in its replica's prefix cache but for its last ``computed`` tokens,
         which it prefills (``vllm bench serve``'s test request leaves the run's first prompt there)."""
@@ -542,10 +536,10 @@ def _replica_columns(capacity: int) -> dict[str, np.ndarray]:
 
 
 def warm() -> None:
-    """Compile the fleet's steps now (or load them from numba's cache), on a fleet of two requests, and the passes
-    the steps with prefix caching call one by one: what a process does before it forks workers, so that they
-    inherit the machine code rather than each compile it (about 3 s on two cores, the same work twice) while they
-    cannot yet hear that their run is no longer wanted."""
+    """Compile the fleet's steps now (or load them from numba's cache), on a fleet of two requests, the passes the
+    steps with prefix caching call one by one, and a benchmark's replay: what ``simulate`` does before anything
+    else, so that it can say when it compiled (some 17 s, the first run after an install), and before it forks
+    workers, so that they inherit the machine code rather than each compile it."""
     if not engine.COMPILED:
         return
     model = ReplicaModel(kv_cache_tokens=4096, drain_timeout_s=1.0)
@@ -562,3 +556,5 @@ def warm() -> None:
     engine.after_admission(s, reps, reqs, now)
     fleet.kv_used()
     fleet.scale_to(0, now)
+    bench = Fleet(model, Trace("warm", np.full(2, math.inf), np.array([3000, 3000]), np.array([400, 400])), 1)
+    engine.replay_bench(bench.arrays, np.zeros(2), 1, 0.001, model.request_overhead_s, 1e6)
