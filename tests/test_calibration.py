@@ -188,3 +188,41 @@ def test_a_published_sweep_is_predicted_past_its_knee_from_its_light_runs() -> N
         assert got["median_tpot_ms"] == pytest.approx(run.median_tpot_ms, rel=0.25 if near else 0.35), name
         if not near:
             assert got["p99_ttft_ms"] == pytest.approx(run.p99_ttft_ms, rel=0.35), name
+
+
+@pytest.mark.parametrize("limit", [3, 1_000])
+def test_a_benchmark_replayed_in_one_call_is_the_closed_loop_stepped_a_second_a_call(limit: int) -> None:
+    """``engine.replay_bench`` sends each request at its time, once fewer than ``limit`` are in flight and a gap
+    after the one before, and steps the replica until all have left: the same, to the bit, as sending them from
+    Python and stepping a call at a time."""
+    import math
+
+    import numpy as np
+
+    from simulations import engine
+    from simulations.fleet import Fleet
+    from simulations.traces import Trace
+
+    rng = np.random.default_rng(11)
+    n, gap = 60, 0.001
+    schedule = np.concatenate([[0.0], np.cumsum(rng.exponential(0.5, n - 1))])
+    prompt, output = rng.integers(100, 4000, n), rng.integers(2, 300, n)
+    model = ReplicaModel(kv_cache_tokens=30_000, step_s=0.05)
+
+    def fleet() -> Fleet:
+        return Fleet(model, Trace("bench", np.full(n, math.inf), prompt, output), 1)
+
+    replayed = fleet()
+    stopped = engine.replay_bench(replayed.arrays, schedule, limit, gap, model.request_overhead_s, 1e6)
+    stepped, sent, now, sent_at = fleet(), 0, 0.0, -math.inf
+    while stepped.left < n:
+        while sent < n and schedule[sent] <= now + model.step_s and sent - stepped.left < limit:
+            sent_at = max(float(schedule[sent]), now, sent_at + gap)
+            stepped.arrival[sent], stepped.engine_arrival[sent] = sent_at, sent_at + model.request_overhead_s
+            sent += 1
+        stepped.step(now)
+        now += model.step_s
+    assert stopped == now
+    for name in ("arrival", "first_token", "finished", "admitted"):
+        np.testing.assert_array_equal(getattr(replayed, name), getattr(stepped, name))
+    assert np.isfinite(replayed.finished).all()  # every request served to its end
