@@ -104,6 +104,26 @@ def test_every_request_completes_or_is_counted_dropped(drain: bool) -> None:
     assert (fleet.first_token[finished] <= fleet.finished[finished]).all()
 
 
+def test_a_replica_draining_past_its_timeout_is_aborted_with_what_it_holds() -> None:
+    """Two long requests on two replicas, scaled in to one: the one left draining is removed when its drain timeout
+    has passed, its request dropped (counted as left, so the gateway holds none open); the other finishes."""
+    trace = Trace("long", np.array([0.0, 0.0]), np.array([500, 500]), np.array([5_000, 5_000]))
+    fleet = Fleet(ReplicaModel(drain=True, drain_timeout_s=30), trace, 2)
+    now = 0.0
+    while now < 10.0:
+        fleet.step(now)
+        now += 1.0
+    fleet.scale_to(1, now)
+    draining = [r for r in fleet.live if r.draining_since is not None]
+    assert len(draining) == 1 and draining[0].in_flight == 1
+    while not fleet.done:
+        fleet.step(now)
+        now += 1.0
+    assert draining[0].removed_at == 40.0  # the end of the first step that ends 30 s after it began to drain
+    assert fleet.dropped.sum() == 1 and np.isfinite(fleet.finished).sum() == 1
+    assert fleet.gateway_open == 0 and fleet.existing == 1
+
+
 def test_a_lone_request_takes_its_own_prefill() -> None:
     model = ReplicaModel()
     fleet = Fleet(model, Trace("one", np.array([0.0, 100.5]), np.array([10, 4000]), np.array([1, 10])), 1)
