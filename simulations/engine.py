@@ -401,10 +401,6 @@ DT, CAP, MAX_SEQS, BLOCK, WEIGHT_READ, KV_READ, FLOPS, BUDGET = range(8)
 DRAIN_TIMEOUT, SCRAPE_INTERVAL, ROUND_ROBIN_ROUTING = range(8, 11)
 PARAMS = 11
 NONE = -1  # no request: the end of a queue
-PER_REQUEST = (
-    "arrival", "engine_arrival", "prompt", "computed", "context", "to_prefill", "to_decode", "preempted",
-    "first_token", "admitted", "finished", "dropped", "served_by", "link",
-)  # fmt: skip
 
 
 class FleetArrays(NamedTuple):
@@ -444,6 +440,9 @@ class FleetArrays(NamedTuple):
     ttft_edges: np.ndarray
     prompt_edges: np.ndarray
     params: np.ndarray
+
+
+PER_REQUEST = FleetArrays._fields[: FleetArrays._fields.index("created_at")]  # one entry a request of the trace
 
 
 @_compiled
