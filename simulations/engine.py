@@ -17,18 +17,20 @@ from typing import Any, NamedTuple, TypeVar, cast
 import numpy as np
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T", float, np.ndarray)
 SIM_EXTRA = "pip install 'vllm-autoscaler[sim]'"  # what installs numba, and matplotlib for the plots
 COMPILED = importlib.util.find_spec("numba") is not None
 
 
-def _compiled(function: F) -> F:
+def _compiled(function: F, inline: bool = False) -> F:
     """``function`` compiled by numba at its first call and cached on disk beside this file (or in the user's cache
     where that is read-only; compiled anew each process where neither is writable), or as written without numba.
     Compiled when first called, not when imported: numba and LLVM (some 60 MiB) are loaded only by a process that
     steps a fleet, not by one that only reads the simulator's modules (the bench's daemon beside it). The compiled
     function calls the others of this module compiled (numba cannot call the Python wrapper around them); they all
     live in this one file because numba's cache knows a function's own file only, and would keep a caller's machine
-    code after a callee in another file had changed."""
+    code after a callee in another file had changed. With ``inline``, numba writes the function into each compiled
+    caller (``_inlined``): a small one called per request or per replica and step, where a call's cost showed."""
     if not COMPILED:
         return function
     dispatcher: Any = None
@@ -41,10 +43,11 @@ def _compiled(function: F) -> F:
             scope = dict(function.__globals__)
             copy = types.FunctionType(function.__code__, scope, function.__name__, None, function.__closure__)
             copy.__qualname__, copy.__doc__ = function.__qualname__, function.__doc__
+            options: dict[str, Any] = {"nogil": True, "inline": "always" if inline else "never"}
             try:
-                dispatcher = numba.njit(cache=True, nogil=True)(copy)
+                dispatcher = numba.njit(cache=True, **options)(copy)
             except RuntimeError:  # numba found no writable place for its cache: a second of compiling, every run
-                dispatcher = numba.njit(nogil=True)(copy)
+                dispatcher = numba.njit(**options)(copy)
             for name, value in function.__globals__.items():
                 if name == function.__name__:
                     scope[name] = dispatcher  # a function that calls itself
@@ -60,6 +63,11 @@ def _compiled(function: F) -> F:
 
     call.jitted = jitted  # type: ignore[attr-defined]
     return cast(F, call)
+
+
+def _inlined(function: F) -> F:
+    """``_compiled``, written into each compiled caller."""
+    return _compiled(function, inline=True)
 
 
 @_compiled
@@ -141,10 +149,10 @@ def engine_step(
     return done[:completed], frac[:completed], generated, out, kv
 
 
-@_compiled
-def held(tokens: float, block: float) -> float:
-    """The KV-cache tokens that ``tokens`` occupy: whole blocks (``ReplicaModel.blocks``, one value)."""
-    return float(np.ceil(tokens / block) * block)
+@_inlined
+def held(tokens: T, block: float) -> T:
+    """The KV-cache tokens that ``tokens`` (a value, or each of an array) occupy: whole blocks of ``block``."""
+    return np.ceil(tokens / block) * block  # type: ignore[no-any-return]
 
 
 @_compiled
@@ -164,7 +172,7 @@ def _by_replica(rep: np.ndarray, replicas: int) -> tuple[np.ndarray, np.ndarray]
     return count, mine
 
 
-@_compiled
+@_inlined
 def _compose(
     t: float,
     end: float,
@@ -205,7 +213,7 @@ def _compose(
     return cost, prompts, arrives
 
 
-@_compiled
+@_inlined
 def _decode(
     steps: float, ours: np.ndarray, pre: np.ndarray, dec: np.ndarray, ctx: np.ndarray, out: np.ndarray, generated: float
 ) -> float:
@@ -221,7 +229,7 @@ def _decode(
     return generated
 
 
-@_compiled
+@_inlined
 def _end_step(
     at: float,
     ours: np.ndarray,
@@ -496,7 +504,7 @@ def pairwise_sum(values: np.ndarray) -> float:
     return float(sums[0])
 
 
-@_compiled
+@_inlined
 def enqueue(s: FleetArrays, replica: int, request: int) -> None:
     """``request`` joins the end of ``replica``'s waiting queue."""
     s.link[request] = NONE
@@ -508,7 +516,7 @@ def enqueue(s: FleetArrays, replica: int, request: int) -> None:
     s.queued[replica] += 1
 
 
-@_compiled
+@_inlined
 def requeue(s: FleetArrays, replica: int, request: int) -> None:
     """``request`` goes back to the head of ``replica``'s waiting queue (preempted)."""
     s.link[request] = s.head[replica] if s.queued[replica] else NONE
@@ -530,12 +538,9 @@ def enqueue_all(s: FleetArrays, replicas: np.ndarray, requests: np.ndarray) -> N
 @_compiled
 def kv_used(s: FleetArrays) -> np.ndarray:
     """The KV-cache tokens each replica holds: its running requests' contexts in whole blocks, added up in their
-    order (as ``np.bincount`` adds its weights)."""
-    kv = np.zeros(s.ints[N_REPLICAS])
-    block = s.params[BLOCK]
-    for k in range(s.ints[N_RUNNING]):
-        kv[s.columns.rep[k]] += held(s.columns.ctx[k], block)
-    return kv
+    order."""
+    n, c = s.ints[N_RUNNING], s.columns
+    return np.bincount(c.rep[:n], weights=held(c.ctx[:n], s.params[BLOCK]), minlength=s.ints[N_REPLICAS])
 
 
 @_compiled
