@@ -112,7 +112,17 @@ def engine_step(
     """
     n = len(rep)
     end = now + dt
-    count, mine = _by_replica(rep, replicas)
+    # Each replica's requests in order of admission: a counting sort of the positions by replica.
+    count = np.zeros(replicas + 1, dtype=np.int64)
+    for k in range(n):
+        count[rep[k] + 1] += 1
+    for r in range(replicas):
+        count[r + 1] += count[r]
+    mine = np.empty(n, dtype=np.int64)
+    fill = count[:-1].copy()
+    for k in range(n):
+        mine[fill[rep[k]]] = k
+        fill[rep[k]] += 1
     out = np.zeros(n, dtype=np.bool_)
     for k in range(n):
         out[k] = pre[k] <= 0.0 and dec[k] <= 1e-9
@@ -121,7 +131,7 @@ def engine_step(
     completed = 0
     generated = 0.0
     for r in range(replicas):
-        ours = mine[count[r] : count[r + 1]]
+        first, last = count[r], count[r + 1]
         t = now
         while t < end:
             ending = step_end[r] > t  # a step under way: its tokens come out when it ends
@@ -130,18 +140,54 @@ def engine_step(
             if ending:
                 steps, until = 1.0, step_end[r]
             else:
-                cost, prompts, arrives = _compose(
-                    t, end, ours, pre, start, ctx, chunk, out, weight_read_s, kv_read_s_per_token, flops, budget
-                )
+                batch = 0.0
+                context = 0.0
+                for j in range(first, last):
+                    k = mine[j]
+                    if pre[k] <= 0.0 and not out[k]:
+                        batch += 1.0
+                        context += ctx[k]
+                cost = weight_read_s + kv_read_s_per_token * context + batch / flops
+                room = budget - batch
+                prompts = 0.0
+                arrives = end
+                for j in range(first, last):
+                    k = mine[j]
+                    if pre[k] <= 0.0:
+                        continue
+                    if start[k] > t:
+                        arrives = min(arrives, start[k])
+                    elif room > 0.0:
+                        chunk[k] = min(pre[k], room)
+                        room -= chunk[k]
+                        prompts += chunk[k]
                 if prompts > 0.0:
                     step_end[r] = t + cost + prompts / flops
                     continue
                 # Decoding alone until the next prompt is admitted or the call ends.
                 steps, until = (arrives - t) / cost, arrives
-            generated = _decode(steps, ours, pre, dec, ctx, out, generated)
+            for j in range(first, last):  # the decoding sequences: a token a step
+                k = mine[j]
+                if pre[k] <= 0.0 and not out[k]:
+                    token = min(steps, dec[k])
+                    dec[k] -= token
+                    ctx[k] += token
+                    generated += token
+                    out[k] = dec[k] <= 1e-9
             t = until
-            if ending:
-                completed = _end_step((t - now) / dt, ours, pre, dec, chunk, out, done, frac, completed)
+            if not ending:
+                continue
+            for j in range(first, last):  # the step's chunks: the prompts it completes have their first token
+                k = mine[j]
+                if chunk[k] > 0.0:
+                    pre[k] = max(pre[k] - chunk[k], 0.0)
+                    chunk[k] = 0.0
+                    if pre[k] <= 1e-9:
+                        pre[k] = 0.0
+                        out[k] = dec[k] <= 1e-9
+                        done[completed] = k
+                        frac[completed] = (t - now) / dt
+                        completed += 1
     kv = np.zeros(replicas)
     for k in range(n):
         if not out[k]:
@@ -153,107 +199,6 @@ def engine_step(
 def held(tokens: T, block: float) -> T:
     """The KV-cache tokens that ``tokens`` (a value, or each of an array) occupy: whole blocks of ``block``."""
     return np.ceil(tokens / block) * block  # type: ignore[no-any-return]
-
-
-@_compiled
-def _by_replica(rep: np.ndarray, replicas: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each replica's running requests in order of admission, a counting sort of their positions by replica:
-    replica ``r``'s are ``mine[count[r]:count[r + 1]]``."""
-    count = np.zeros(replicas + 1, dtype=np.int64)
-    for k in range(len(rep)):
-        count[rep[k] + 1] += 1
-    for r in range(replicas):
-        count[r + 1] += count[r]
-    mine = np.empty(len(rep), dtype=np.int64)
-    fill = count[:-1].copy()
-    for k in range(len(rep)):
-        mine[fill[rep[k]]] = k
-        fill[rep[k]] += 1
-    return count, mine
-
-
-@_inlined
-def _compose(
-    t: float,
-    end: float,
-    ours: np.ndarray,
-    pre: np.ndarray,
-    start: np.ndarray,
-    ctx: np.ndarray,
-    chunk: np.ndarray,
-    out: np.ndarray,
-    weight_read_s: float,
-    kv_read_s_per_token: float,
-    flops: float,
-    budget: float,
-) -> tuple[float, float, float]:
-    """The engine step a replica (its requests ``ours``) starts at ``t``: one token of every decoding sequence and,
-    first come, first served, chunks of the prompts admitted by then within the step's token budget (written to
-    ``chunk``). Returns its cost without the prompts' compute, the prompt tokens it takes, and when the next prompt
-    is admitted (``end`` if none is before)."""
-    batch = 0.0
-    context = 0.0
-    for k in ours:
-        if pre[k] <= 0.0 and not out[k]:
-            batch += 1.0
-            context += ctx[k]
-    cost = weight_read_s + kv_read_s_per_token * context + batch / flops
-    room = budget - batch
-    prompts = 0.0
-    arrives = end
-    for k in ours:
-        if pre[k] <= 0.0:
-            continue
-        if start[k] > t:
-            arrives = min(arrives, start[k])
-        elif room > 0.0:
-            chunk[k] = min(pre[k], room)
-            room -= chunk[k]
-            prompts += chunk[k]
-    return cost, prompts, arrives
-
-
-@_inlined
-def _decode(
-    steps: float, ours: np.ndarray, pre: np.ndarray, dec: np.ndarray, ctx: np.ndarray, out: np.ndarray, generated: float
-) -> float:
-    """``steps`` engine steps of a replica's decoding sequences (of ``ours``): a token a step each, as many as it has
-    left. Returns ``generated`` with their tokens added, one by one."""
-    for k in ours:
-        if pre[k] <= 0.0 and not out[k]:
-            token = min(steps, dec[k])
-            dec[k] -= token
-            ctx[k] += token
-            generated += token
-            out[k] = dec[k] <= 1e-9
-    return generated
-
-
-@_inlined
-def _end_step(
-    at: float,
-    ours: np.ndarray,
-    pre: np.ndarray,
-    dec: np.ndarray,
-    chunk: np.ndarray,
-    out: np.ndarray,
-    done: np.ndarray,
-    frac: np.ndarray,
-    completed: int,
-) -> int:
-    """The end of a replica's engine step, at ``at`` of the call: the prompts its chunks complete have their first
-    token (recorded in ``done`` and ``frac`` after the ``completed`` before). Returns how many are recorded."""
-    for k in ours:
-        if chunk[k] > 0.0:
-            pre[k] = max(pre[k] - chunk[k], 0.0)
-            chunk[k] = 0.0
-            if pre[k] <= 1e-9:
-                pre[k] = 0.0
-                out[k] = dec[k] <= 1e-9
-                done[completed] = k
-                frac[completed] = at
-                completed += 1
-    return completed
 
 
 RUNNING_CAPACITY = 256  # a fleet's running requests' columns at first; they double when admission outgrows them
