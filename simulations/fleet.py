@@ -538,7 +538,7 @@ def _replica_columns(capacity: int) -> dict[str, np.ndarray]:
 def warm() -> None:
     """Compile the fleet's steps now (or load them from numba's cache), on a fleet of two requests, the passes the
     steps with prefix caching call one by one, and a benchmark's replay: what ``simulate`` does before anything
-    else, so that it can say when it compiled (some 17 s, the first run after an install), and before it forks
+    else, so that it can say when it compiled (some 20 s, the first run after an install), and before it forks
     workers, so that they inherit the machine code rather than each compile it."""
     if not engine.COMPILED:
         return

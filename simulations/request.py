@@ -97,7 +97,7 @@ def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = Fa
     ``progress`` draws a bar on a terminal."""
     ttft, target = request.slo()
     if not COMPILED:
-        note(f"numba is not installed, so the simulator runs uncompiled, some 25 times slower: {SIM_EXTRA}", "\n")
+        note(f"numba is not installed, so the simulator runs uncompiled, some 20 times slower: {SIM_EXTRA}", "\n")
     elif (seconds := _compile()) >= COMPILE_NOTE_S:
         note(f"compiled the simulator in {seconds:.0f} s, once: numba keeps it for the runs after this one", "\n")
     model, trace, document, sizing = resolve(request, ttft, target, note)
