@@ -209,8 +209,7 @@ class RunningColumns(NamedTuple):
     (``Fleet.n_running``) of each column: the replica, the request, its prompt tokens left to prefill, its tokens
     left to decode, when it was admitted, its tokens in the KV cache and its prompt tokens in the engine step under
     way (``engine_step``'s arrays). Preallocated: admission writes into them and a request that leaves is compacted
-    away, where arrays made anew at each step cost most of a step (docs/decisions/simulator-speed.md). The passes
-    over them (``admit``, ``compact``, ``engine_step``) take them one array a parameter, each its own part."""
+    away, where arrays made anew at each step cost most of a step (docs/decisions/simulator-speed.md)."""
 
     rep: np.ndarray
     req: np.ndarray
@@ -240,13 +239,7 @@ def admit(
     reqs: np.ndarray,
     now: float,
     n: int,
-    rep: np.ndarray,
-    req: np.ndarray,
-    pre: np.ndarray,
-    dec: np.ndarray,
-    start: np.ndarray,
-    ctx: np.ndarray,
-    chunk: np.ndarray,
+    columns: RunningColumns,
     to_prefill: np.ndarray,
     to_decode: np.ndarray,
     context: np.ndarray,
@@ -265,31 +258,23 @@ def admit(
         if np.isnan(admitted[r]):
             admitted[r] = at
         served_by[r] = reps[j]
-        rep[k], req[k], pre[k], dec[k] = reps[j], r, to_prefill[r], to_decode[r]
-        start[k], ctx[k], chunk[k] = at, context[r], 0.0
+        c = columns
+        c.rep[k], c.req[k], c.pre[k], c.dec[k] = reps[j], r, to_prefill[r], to_decode[r]
+        c.start[k], c.ctx[k], c.chunk[k] = at, context[r], 0.0
     return n + len(reqs)
 
 
 @_compiled
-def compact(
-    drop: np.ndarray,
-    rep: np.ndarray,
-    req: np.ndarray,
-    pre: np.ndarray,
-    dec: np.ndarray,
-    start: np.ndarray,
-    ctx: np.ndarray,
-    chunk: np.ndarray,
-) -> int:
+def compact(drop: np.ndarray, columns: RunningColumns) -> int:
     """Take the running requests ``drop`` marks (one entry each of the first ``len(drop)``) out of the columns, the
     others kept in order at their start. Returns how many are kept."""
-    w = 0
+    c, w = columns, 0
     for k in range(len(drop)):
         if drop[k]:
             continue
         if w != k:
-            rep[w], req[w], pre[w], dec[w] = rep[k], req[k], pre[k], dec[k]
-            start[w], ctx[w], chunk[w] = start[k], ctx[k], chunk[k]
+            c.rep[w], c.req[w], c.pre[w], c.dec[w] = c.rep[k], c.req[k], c.pre[k], c.dec[k]
+            c.start[w], c.ctx[w], c.chunk[w] = c.start[k], c.ctx[k], c.chunk[k]
         w += 1
     return w
 
@@ -569,13 +554,6 @@ def _count(values: np.ndarray, edges: np.ndarray, counts: np.ndarray) -> None:
 
 
 @_compiled
-def _drop(s: FleetArrays, drop: np.ndarray) -> None:
-    """Take the running requests ``drop`` marks out of the columns (``compact``)."""
-    c = s.columns
-    s.ints[N_RUNNING] = compact(drop, c.rep, c.req, c.pre, c.dec, c.start, c.ctx, c.chunk)
-
-
-@_compiled
 def _preempt_overflow(s: FleetArrays, kv: np.ndarray) -> None:
     """Where a replica's running requests hold more KV blocks (``kv``) than its cache has, preempt the newest until
     they fit (vLLM V1's recompute preemption): each frees its blocks and goes back to the head of its replica's
@@ -609,7 +587,7 @@ def _preempt_overflow(s: FleetArrays, kv: np.ndarray) -> None:
                 s.context[request] = s.columns.ctx[k]
                 s.to_prefill[request] = s.columns.ctx[k]
                 s.to_decode[request] = s.columns.dec[k]
-    _drop(s, drop)
+    s.ints[N_RUNNING] = compact(drop, s.columns)
 
 
 @_compiled
@@ -638,7 +616,7 @@ def _advance(s: FleetArrays, now: float, end: float) -> None:
         s.ints[LEFT] += len(left)
         for r in left:
             s.running[r] -= 1
-        _drop(s, leaving)
+        s.ints[N_RUNNING] = compact(leaving, s.columns)
     _preempt_overflow(s, kv)
 
 
@@ -655,7 +633,7 @@ def abort(s: FleetArrays, replica: int, at: float) -> None:
             dropped += 1
     if dropped:
         s.ints[LEFT] += dropped
-        _drop(s, mine)
+        s.ints[N_RUNNING] = compact(mine, s.columns)
     request = s.head[replica]
     for _ in range(s.queued[replica]):
         s.dropped[request] = True
@@ -671,11 +649,11 @@ def after_admission(s: FleetArrays, replicas: np.ndarray, requests: np.ndarray, 
     """The rest of a step from ``now`` once ``requests`` are admitted on ``replicas``: they join the running
     columns, the replicas that exist are paid for, the engines step, and a draining replica left with nothing is
     removed (one past its drain timeout aborted). Returns whether a scrape is due at the step's end."""
-    dt, c = s.params[DT], s.columns
+    dt = s.params[DT]
     end = now + dt
     if len(requests):
         s.ints[N_RUNNING] = admit(
-            replicas, requests, now, s.ints[N_RUNNING], c.rep, c.req, c.pre, c.dec, c.start, c.ctx, c.chunk,
+            replicas, requests, now, s.ints[N_RUNNING], s.columns,
             s.to_prefill, s.to_decode, s.context, s.engine_arrival, s.admitted, s.served_by,
         )  # fmt: skip
     existing = 0

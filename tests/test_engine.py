@@ -212,7 +212,7 @@ def test_admission_writes_after_the_running_and_records_the_first_admission_alon
         np.array([0.0, 300.0, 80.0]),
     )
     engine_arrival, admitted, served_by = np.array([0.0, 10.4, 2.0]), np.array([np.nan, np.nan, 3.0]), np.full(3, -1)
-    running = admit(np.array([0, 2]), np.array([1, 2]), 10.0, 1, *columns, to_prefill, to_decode, context,
+    running = admit(np.array([0, 2]), np.array([1, 2]), 10.0, 1, columns, to_prefill, to_decode, context,
                     engine_arrival, admitted, served_by)  # fmt: skip
     assert running == 3
     assert columns.req[:3].tolist() == [7, 1, 2] and columns.rep[:3].tolist() == [1, 0, 2]
@@ -228,7 +228,7 @@ def test_the_columns_compact_in_order_and_grow_with_what_they_hold() -> None:
     assert len(grown.req) == 4 and grown.req[:2].tolist() == [5, 6]
     grown.req[:4] = [5, 6, 8, 9]
     grown.ctx[:4] = [1.0, 2.0, 3.0, 4.0]
-    kept = compact(np.array([False, True, False, False]), *(c[:4] for c in grown))
+    kept = compact(np.array([False, True, False, False]), RunningColumns(*(c[:4] for c in grown)))
     assert kept == 3 and grown.req[:3].tolist() == [5, 8, 9] and grown.ctx[:3].tolist() == [1.0, 3.0, 4.0]
 
 
@@ -271,10 +271,10 @@ def test_the_compiled_columns_passes_are_the_interpreted_ones() -> None:
                 np.full(requests, -1),
                 *np.full((2, requests), np.nan),
             )
-            running = passes[0](reps, reqs, 5.0, n, *columns, prefill, decode, context, arrival, first, served)
+            running = passes[0](reps, reqs, 5.0, n, columns, prefill, decode, context, arrival, first, served)
             settled = passes[1](done, frac, drop, 5.0, 1.0, 6.0, columns.rep[:running], columns.req[:running],
                                 preempted, first_token, arrival, prompt, finished)  # fmt: skip
-            kept = passes[2](drop, *(c[:running] for c in columns))
+            kept = passes[2](drop, RunningColumns(*(c[:running] for c in columns)))
             outcomes.append([running, kept, *settled, *columns, first, served, first_token, finished])
         for compiled, interpreted in zip(*outcomes, strict=True):
             np.testing.assert_array_equal(compiled, interpreted)
