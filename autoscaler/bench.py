@@ -184,11 +184,11 @@ def _policy(prometheus_url: str, targets: list[tuple[str, str]], interval: int =
 
 def _sized_start() -> float:
     """The utilization ``simulate --write-config`` starts a file given only an slo from: a load test of the built-in
-    replica at 2 s and 99 % (``sizing.load_test_utilization``), seconds of simulated fleets."""
+    replica at 2 s and 99 % (``sizing.follower_plan``), seconds of simulated fleets."""
     from simulations.replica_model import ReplicaModel
-    from simulations.sizing import load_test_utilization
+    from simulations.sizing import follower_plan
 
-    return load_test_utilization(ReplicaModel(), None, 2.0, 0.99)
+    return follower_plan(ReplicaModel(), None, 2.0, 0.99).utilization
 
 
 def _slo_written(document: dict[str, Any], start: float) -> dict[str, Any]:

@@ -15,14 +15,15 @@ from simulations.contenders import workload_variant
 from simulations.replica_model import ReplicaModel
 from simulations.report import percent
 from simulations.sizing import (
+    DEFAULT_HOLD_S,
     REFERENCE_SLO_TARGET,
     REFERENCE_SLO_TTFT_S,
     Shares,
     at_least_builtin,
     builtin_shares,
+    follower_plan,
     held_decode_tokens_per_s,
     load_test_needed,
-    load_test_utilization,
     tighter_than_reference,
 )
 from simulations.traces import PROMPT_LOGNORMAL, Trace
@@ -125,10 +126,12 @@ def with_error_budget(
     slo_target: float,
     trace: Trace | None = None,
     start: float | None = None,
+    floor: int = 0,
 ) -> dict[str, Any]:
     """The built-in document (``builtin_document``) with the SLO it is sized for and predictive's block as the
     default runs it: the fleet a follower of its work (``utilization``: a replica's prefill and decode speeds, and
-    the utilization a load test of the fleet the trace needs starts from, ``start`` or ``load_test_utilization``'s), the
+    the utilization it starts from and the replicas it holds however light the work, ``start`` and ``floor`` or
+    ``follower_plan``'s), the
     utilization moved by the slo's error budget, whose misses are counted with ``model``'s idle prefill speed and
     request overhead and the spread of the trace's prompt lengths, or of the built-in lengths without a trace
     (``errorBudget``; docs/decisions/predictive-utilization.md). Only what that block uses is written: the
@@ -144,12 +147,15 @@ def with_error_budget(
         "promptLengthSigma": round(spread, 2),
     }
     if start is None:
-        start = load_test_utilization(model, trace, slo_ttft, slo_target)
-    utilization = {
+        planned = follower_plan(model, trace, slo_ttft, slo_target)
+        start, floor = planned.utilization, planned.floor
+    utilization: dict[str, Any] = {
         "start": round(start, 4),
         "prefillTokensPerSecond": round(model.prefill_tokens_per_s, 1),
         "decodeTokensPerSecond": round(held_decode_tokens_per_s(model, trace), 1),
     }
+    if floor:
+        utilization["floorReplicas"] = floor
     slo = {"ttftSeconds": slo_ttft, "target": slo_target}
     sized = {**policy, "errorBudget": budget, "utilization": utilization}
     changed = {**workload, "slo": workload.get("slo", slo), "policy": sized}
@@ -163,10 +169,16 @@ def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None
 
 
 def sized_builtin(
-    model: ReplicaModel, trace: Trace, slo_ttft: float, slo_target: float, note: Note = quiet
+    model: ReplicaModel,
+    trace: Trace,
+    slo_ttft: float,
+    slo_target: float,
+    note: Note = quiet,
+    hold_s: float = DEFAULT_HOLD_S,
 ) -> tuple[PolicyFile, dict[str, Any]]:
     """The built-in policy document for the trace, and how it was sized (the report's ``sizing`` fields); it
-    spends the SLO's error budget (``with_error_budget``). Over 60 lines: each load test is said to ``note`` before
+    spends the SLO's error budget (``with_error_budget``), its follower planned for a scale-down window of
+    ``hold_s``. Over 60 lines: each load test is said to ``note`` before
     and after it runs (they take seconds), between the steps."""
     shares = Shares()
     if load_test_needed(trace, slo_ttft, slo_target, model):
@@ -199,13 +211,15 @@ def sized_builtin(
         replica_share=shares.replica,
     )
     note(
-        "load-testing the utilization at which the fleet the trace needs spends the budget's aim "
-        "(simulations/sizing.py), less the trace's typical rise within a cold start: ",
+        "planning the follower: the replica's misses at each load by a load test of the fleet the trace needs, "
+        "the trace's own by that fleet fixed over it, and the follower replayed over the trace's minutes "
+        "(simulations/follower_plan.py): ",
         "",
     )
-    start = load_test_utilization(model, trace, slo_ttft, slo_target)
-    note(f"{start:.2f} of their compute", "\n")
-    sized = with_error_budget(raw, model, slo_ttft, slo_target, trace, start)
+    planned = follower_plan(model, trace, slo_ttft, slo_target, hold_s)
+    held = f", never under {planned.floor} replicas" if planned.floor else ""
+    note(f"{planned.utilization:.2f} of their compute{held}", "\n")
+    sized = with_error_budget(raw, model, slo_ttft, slo_target, trace, planned.utilization, planned.floor)
     document = parse_policy_document(sized, "<built-in>")
     sizing: dict[str, Any] = {
         "builtin_target_shares": {
@@ -213,7 +227,8 @@ def sized_builtin(
             "num_requests_running": round(shares.slo, 4),
         },
         "builtin_replica_share": round(shares.replica, 4),
-        "builtin_utilization_start": round(start, 4),
+        "builtin_utilization_start": round(planned.utilization, 4),
+        "builtin_floor_replicas": planned.floor,
     }
     return document, sizing
 
@@ -230,10 +245,15 @@ IDLE_MODEL_ACTIVATION = {
 def idle_model_document(document: PolicyFile) -> PolicyFile:
     """The built-in low-traffic model (``traces.synthetic_idle``): the built-in workload's targets, allowed to
     go to zero through an activation block on the gateway's open requests, as ``simulate`` runs it beside
-    the built-in day to show what zero saves and what the first requests after it pay."""
+    the built-in day to show what zero saves and what the first requests after it pay. Its follower holds no floor:
+    the day's was planned for the day's traffic."""
     workload = document.workloads[0]
     target = {**workload.target.model_dump(by_alias=True, mode="json"), "name": "vllm-builtin-idle"}
-    changes = {"target": target, "minReplicas": 0, "maxReplicas": IDLE_MODEL_MAX_REPLICAS}
+    changes: dict[str, Any] = {"target": target, "minReplicas": 0, "maxReplicas": IDLE_MODEL_MAX_REPLICAS}
+    policy = dict(workload.policy)
+    if isinstance(policy.get("utilization"), dict):
+        policy["utilization"] = {k: v for k, v in policy["utilization"].items() if k != "floorReplicas"}
+        changes["policy"] = policy
     return workload_variant(document, workload, {**changes, "activation": IDLE_MODEL_ACTIVATION})[0]
 
 
@@ -243,7 +263,8 @@ def with_measured_capacity(
     """A file whose first workload gives only an slo (``Workload.needs_capacity``), with the capacity the built-in
     workload's load test measures for the trace's requests, the replica and the SLO, and, where the file names
     no policy, the built-in's predictive block sized for it: "given only an SLO", the built-in default."""
-    builtin, sizing = sized_builtin(model, trace, slo_ttft, slo_target, note)
+    hold = float(document.workloads[0].behavior.resolved().down_window)
+    builtin, sizing = sized_builtin(model, trace, slo_ttft, slo_target, note, hold)
     sized = builtin.workloads[0]
     targets = {m.name: m.target.value for m in sized.metrics}
     capacity = {

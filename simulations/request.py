@@ -150,8 +150,8 @@ def resolve(
 ) -> tuple[ReplicaModel, Trace, PolicyFile, dict[str, Any]]:
     """The replica (the file's cold start unless the request gives one), the trace (its window, its time scale), and
     the workload: the file's, sized from a load test where it gives only an SLO, or the built-in one sized for the
-    trace as it is run (the predictive start's rise within a cold start and the fleet it tests are of the trace
-    replayed at its time scale); with how it was sized, for the report."""
+    trace as it is run (the predictive follower's plan and the fleet it load-tests are of the trace replayed at its
+    time scale); with how it was sized, for the report."""
     document = request.document
     cold = request.cold_start
     if cold is None and document is not None and document.workloads[0].cold_start_seconds != "auto":
@@ -165,7 +165,7 @@ def resolve(
     trace = load_trace(request.trace, request.trace_format, request.seed, request.rate_scale, request.lengths_from)
     if request.window is not None:
         trace = trace.window(*request.window)
-    if request.time_scale != 1.0:  # before the sizing: the rise within a cold start and the fleet are the run's
+    if request.time_scale != 1.0:  # before the sizing: the plan's minutes and fleet are the run's
         trace = trace.scaled(request.time_scale)
     sizing: dict[str, Any] = {}
     if document is None:

@@ -92,6 +92,9 @@ class RunResult:
     # request never admitted), at most the trace's ``prefix_reuse``.
     prefix_cache_hits: float | None = None
     zero: ZeroFigures | None = None  # a run whose fleet went to zero
+    # With ``by_minute``: per minute of arrivals from the trace's first, the requests that missed the SLO and all.
+    missed_by_minute: np.ndarray | None = None
+    arrived_by_minute: np.ndarray | None = None
 
     def meets(self, target: float) -> bool:
         return self.slo_attainment >= target
@@ -267,6 +270,7 @@ def run(
     tail_limit_s: float = 3600.0,
     miss_budget: int | None = None,
     stop: Callable[[], bool] | None = None,
+    by_minute: bool = False,
 ) -> RunResult:
     """Simulate the trace; the contender acts until the last arrival, then the fleet only finishes its work.
 
@@ -274,6 +278,7 @@ def run(
     draining). With ``miss_budget``, the run stops early once more requests than that have certainly missed
     the SLO (served late, or still waiting past their deadline); its result then says it did not meet it.
     ``stop`` is asked every simulated minute whether the run is still wanted; if not, it ends the same way.
+    ``by_minute``: the result counts each minute's misses and arrivals (``RunResult.missed_by_minute``).
     Over 60 lines: the step loop, whose locals a helper per part would pass back and forth millions of times a run.
     """
     fleet = Fleet(model, trace, initial_replicas)
@@ -330,6 +335,10 @@ def run(
             ttft_beyond_prefill(fleet), fleet.arrival, np.asarray(series["t"])
         )
     result = _result(trace, model, contender, fleet, slo_ttft, gpu_seconds_at_end, events, max_replicas)
+    if by_minute:
+        minute = ((fleet.arrival - fleet.arrival[0]) // 60).astype(np.int64)
+        result.missed_by_minute = np.bincount(minute, weights=~slo_met(fleet, slo_ttft))
+        result.arrived_by_minute = np.bincount(minute).astype(np.float64)
     result.timeline = series if timeline else {}
     result.zero = zeros.figures(fleet, end) if zeros is not None else None
     return result

@@ -9,8 +9,8 @@ decode batch that shares each engine step. No formula in one of them fits (measu
 scaling the targets with the SLO alone over-provisioned fast GPUs and short prompts; with the SLO over the
 mean prompt's prefill, missed the SLO where big decode batches slow the engine). So the replica model itself
 is asked: the load ``LOAD_TEST_REPLICAS`` fixed replicas carry within the user's SLO and within the
-reference one, on the same arrivals scaled in time (common random numbers). Predictive's start is load-tested
-the same way, at the fleet the trace needs (``load_test_utilization``).
+reference one, on the same arrivals scaled in time (common random numbers). Predictive's start and floor are
+load-tested the same way, at the fleet the trace needs, and planned over the trace (``follower_plan``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.predictive.utilization import AIM
+from policies.spec import DEFAULT_SCALE_DOWN
+from simulations.follower_plan import LOADS, MissCurve, Plan, burstiness, plan
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, allowed_misses, run
 from simulations.traces import PrefixBlocks, Trace, sample_lengths
@@ -29,6 +31,8 @@ REFERENCE_SLO_TTFT_S = 2.0  # the built-in targets are sized for this SLO
 REFERENCE_SLO_TARGET = 0.99
 LOAD_TEST_REPLICAS = 8  # the targets' tests; the start's first one, then the trace's own fleet
 START_TESTS = 3  # the start's load tests at most: each at the fleet the one before found the trace needs
+DEFAULT_HOLD_S = float(DEFAULT_SCALE_DOWN.stabilization_window_seconds or 0)  # the HPA's scale-down window
+LEAST_START = 0.01
 LOAD_TEST_S = 3600.0
 LOAD_TEST_MOST_REQUESTS = 200_000  # at its highest rate: a test of tiny requests is shortened to it
 LOAD_TEST_STEPS = 8  # to 0.4 % of the bound
@@ -140,18 +144,20 @@ def held_decode_tokens_per_s(model: ReplicaModel, trace: Trace | None) -> float:
     return held * model.decode_rate(held)  # a step's tokens: each sequence's rate at that batch, read no context
 
 
-def load_test_utilization(model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float) -> float:
-    """The share of their compute that a fleet of fixed replicas uses at the largest steady rate of the trace's
-    requests whose misses spend the policy's aim of the budget (``utilization.AIM``, 85 %: 99.15 % met for a 99 %
-    target), the work counted as the policy counts it (``utilization.work_in_replicas``), over one plus the trace's
-    typical rise within a cold start (``cold_start_rise``): ``start`` of predictive's ``utilization`` block, which the
-    learner takes as already on its aim. A follower orders for a rise a cold start before it can serve it, which
-    steady traffic never asks of it.
+def follower_plan(
+    model: ReplicaModel, trace: Trace | None, slo_ttft: float, slo_target: float, hold_s: float = DEFAULT_HOLD_S
+) -> Plan:
+    """Predictive's ``utilization`` block for the trace: the utilization it starts at and the replicas it never
+    goes below (``follower_plan.plan``: the follower replayed over the trace's minutes), by the replica's misses
+    at each load and the trace's own burstiness.
 
-    The fleet tested is the one the trace's typical minute needs (``typical_fleet``) at the share found: first
-    ``LOAD_TEST_REPLICAS``, then each test's fleet, until one repeats (``START_TESTS`` at most). Replicas behind one
-    router pool their bursts, so a larger fleet uses more of its compute: on the Azure conversation hour 0.49 at 8
-    replicas, 0.55 at 16, 0.58 at 24, and the hour needs about 20 (docs/decisions/predictive-utilization.md)."""
+    The steady test is of the fleet the trace's typical minute needs (``typical_fleet``) at the share found: first
+    ``LOAD_TEST_REPLICAS``, then each test's fleet, until one repeats (``START_TESTS`` at most): replicas behind one
+    router pool their bursts, so a larger fleet uses more of its compute (on the Azure conversation hour 0.49 at 8
+    replicas, 0.55 at 16, 0.58 at 24). That fleet's test, at ``LOADS`` times the rate it sustains, measures the
+    misses at each load, and the same fleet fixed over the trace how many times as many its arrivals miss
+    (``burstiness``). Without a trace, or where no plan meets the aim, the follower starts at the steady test's
+    share with no floor; ``hold_s`` is the scale-down window the follower holds its most work over."""
     decode = held_decode_tokens_per_s(model, trace)
     work = None if trace is None else minute_work(trace, model.prefill_tokens_per_s, decode)
     fleet, tested = LOAD_TEST_REPLICAS, set()
@@ -166,8 +172,33 @@ def load_test_utilization(model: ReplicaModel, trace: Trace | None, slo_ttft: fl
         fleet = typical_fleet(work, steady)
         if fleet in tested:
             break
-    rise = 0.0 if work is None else cold_start_rise(work, model.cold_start_s)
-    return float(min(max(steady / (1 + rise), 0.01), 1.0))
+    start = Plan(float(min(max(steady, LEAST_START), 1.0)), 0)
+    if trace is None or work is None or steady <= 0 or not work.any():
+        return start
+    curve = miss_curve(test, model, rate, steady, slo_ttft)
+    fixed = run(trace, model, Contender("fixed", static=test.fleet), test.fleet, slo_ttft, False, by_minute=True)
+    assert fixed.missed_by_minute is not None and fixed.arrived_by_minute is not None
+    minutes = min(len(work), len(fixed.arrived_by_minute))
+    load = work[:minutes] / test.fleet
+    bursts = burstiness(curve, load, fixed.missed_by_minute[:minutes], fixed.arrived_by_minute[:minutes])
+    found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target)
+    return found if found is not None else start
+
+
+def miss_curve(test: LoadTest, model: ReplicaModel, rate: float, steady: float, slo_ttft: float) -> MissCurve:
+    """The share of first tokens the steady ``test`` misses at ``LOADS`` times its sustained ``rate`` (a load of
+    ``steady`` times as much). Every one is taken to miss from the first load at which half do, and at a rate the
+    test has too few requests to hold for its whole span (a burst, not a steady load: beyond what the replicas
+    serve, where a steady load's queue grows without end)."""
+    shares: list[float] = []
+    for times in LOADS:
+        if (shares and shares[-1] >= 0.5) or rate * times * test.span > len(test.gaps):
+            shares.append(1.0)
+            continue
+        fixed = Contender("load-test", static=test.fleet)
+        result = run(test.at(rate * times), model, fixed, test.fleet, slo_ttft, False)
+        shares.append(1.0 - result.slo_attainment)
+    return MissCurve(steady * np.asarray(LOADS), np.asarray(shares))
 
 
 def minute_work(trace: Trace, prefill_tokens_per_s: float, decode_tokens_per_s: float) -> np.ndarray:
@@ -194,23 +225,6 @@ def typical_fleet(work: np.ndarray, utilization: float) -> int:
     if not work.any():
         return 1
     return max(1, math.ceil(weighted_median(work, work) / utilization - 1e-9))
-
-
-def cold_start_rise(work: np.ndarray, cold_start_s: float) -> float:
-    """The traffic's typical rise within a cold start: over a trace's minutes, weighted by their ``work``
-    (``minute_work``), the median of the most work in a minute of the cold start that follows a minute over that
-    minute's work, less one; never below 0. The budget's learner handles the rises beyond it. Worked example: the
-    Azure conversation hour rises 10 % within 300 s, within 60 s not at all; two diurnal days of ServeGen's rates 9 %
-    (tests/test_sizing.py)."""
-    ahead = max(1, math.ceil(cold_start_s / 60))
-    if len(work) <= ahead:
-        return 0.0
-    now = work[:-ahead]
-    later = np.lib.stride_tricks.sliding_window_view(work[1:], ahead).max(axis=1)[: len(now)]
-    busy = now > 0
-    if not busy.any():
-        return 0.0
-    return max(0.0, weighted_median(later[busy] / now[busy] - 1, now[busy]))
 
 
 def tighter_than_reference(slo_ttft: float, slo_target: float) -> bool:

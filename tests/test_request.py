@@ -81,8 +81,8 @@ def test_a_first_compile_is_said(monkeypatch: pytest.MonkeyPatch, seconds: float
 
 
 def test_the_builtin_workload_is_sized_for_the_trace_as_it_is_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """At ``--time-scale 24`` a day runs in an hour: the rise within a cold start and the fleet the start is
-    load-tested at are of the hour, so the sizing reads the trace already scaled, the one the run replays."""
+    """At ``--time-scale 24`` a day runs in an hour: the minutes the follower's plan replays and the fleet it
+    load-tests are of the hour, so the sizing reads the trace already scaled, the one the run replays."""
     sized: list[float] = []
     real = simulations.request.sized_builtin
 

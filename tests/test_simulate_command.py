@@ -84,18 +84,24 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
     settings = runs["predictive"]["settings"]
     # Where the run ended: the utilization the budget moved it to, and the share of the day's budget spent.
     learned, used = settings.pop("learnedUtilization"), settings.pop("budgetUsed")
-    # The start: the steady load test's share over the eightfold day's rise within its 600 s cold start (about 2.5
-    # times: its surges and its morning, eight times as steep), far cooler than the day's own 0.51.
-    start = settings["utilization"]["start"]
-    assert 0.05 <= learned <= 1.0 and used >= 0 and 0.1 < start < 0.3
+    # The plan: the eightfold day swings within its 600 s cold start, so following it would buy replicas for rises
+    # gone before they serve; the follower holds a fixed fleet as its floor and runs hot above it.
+    start, floor = settings["utilization"]["start"], settings["utilization"]["floorReplicas"]
+    assert 0.05 <= learned <= 1.0 and used >= 0 and 0.05 < start <= 1.0
+    assert floor == data["model"]["builtin_floor_replicas"] > 0
     assert settings == {
         "type": "predictive",
         "tolerance": 0.1,
         "minRiseReplicas": 0.5,
         # the built-in replica's idle speed and overhead, the built-in lengths' spread
         "errorBudget": {"prefillTokensPerSecond": 976.6, "requestOverheadSeconds": 0.05, "promptLengthSigma": 0.5},
-        # the load test's, at the replica's prefill and its generation at the batch of the built-in lengths it holds
-        "utilization": {"start": start, "prefillTokensPerSecond": 1000.0, "decodeTokensPerSecond": 309.3},
+        # the plan's, at the replica's prefill and its generation at the batch of the built-in lengths it holds
+        "utilization": {
+            "start": start,
+            "prefillTokensPerSecond": 1000.0,
+            "decodeTokensPerSecond": 309.3,
+            "floorReplicas": floor,
+        },
         "horizonSeconds": 615.0,
         "trend": {"windowSeconds": 1230.0, "maxGrowth": 0.5},
     }

@@ -248,7 +248,10 @@ def test_the_default_block_holds_only_what_following_the_work_uses(tmp_path: Pat
     assert not {"headroom", "pooling", "blendedHeadroom"} & set(settings)
     assert set(settings["errorBudget"]) == {"prefillTokensPerSecond", "requestOverheadSeconds", "promptLengthSigma"}
     assert "learnedHeadroom" not in settings
-    assert set(settings["utilization"]) == {"start", "prefillTokensPerSecond", "decodeTokensPerSecond"}
+    # the floor only where the plan holds one
+    written = set(settings["utilization"]) - {"floorReplicas"}
+    assert written == {"start", "prefillTokensPerSecond", "decodeTokensPerSecond"}
+    assert settings["utilization"].get("floorReplicas", 0) == data["model"]["builtin_floor_replicas"]
 
 
 def test_a_replica_with_at_least_the_builtin_ones_capacities_needs_no_replica_load_test(
@@ -308,35 +311,6 @@ def _minutes(counts: list[int]) -> Trace:
     return Trace("minutes", arrivals, np.full(len(arrivals), 1000), np.full(len(arrivals), 100))
 
 
-@pytest.mark.parametrize(
-    ("counts", "cold_start", "rise"),
-    [
-        ([100] * 30, 300, 0.0),  # steady traffic never rises
-        ([round(100 * 1.1**m) for m in range(30)], 180, 1.1**3 - 1),  # 10 % a minute: three minutes ahead
-        ([round(100 * 1.1**m) for m in range(30)], 60, 0.1),
-        ([round(100 * 0.9**m) for m in range(30)], 300, 0.0),  # falling traffic: no rise, never below 0
-        ([100] * 4, 300, 0.0),  # shorter than a cold start
-        ([100, 200] * 15, 60, 0.0),  # half the work rises by one, the busier half falls: the work-weighted median
-    ],
-)
-def test_the_typical_rise_within_a_cold_start(counts: list[int], cold_start: float, rise: float) -> None:
-    work = sizing.minute_work(_minutes(counts), 1000.0, 100.0)
-    assert sizing.cold_start_rise(work, cold_start) == pytest.approx(rise, abs=0.01)
-
-
-def test_the_start_is_the_steady_load_tests_over_the_rise(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A follower orders for a rise a cold start before it serves it: the steady load test's utilization over one
-    plus the trace's typical rise."""
-    model = ReplicaModel()
-    trace = _minutes([round(20 * 1.1**m) for m in range(30)])
-    rise = sizing.cold_start_rise
-    monkeypatch.setattr(sizing, "LOAD_TEST_S", 600.0)
-    monkeypatch.setattr(sizing, "cold_start_rise", lambda *_: 0.0)
-    steady = sizing.load_test_utilization(model, trace, 2.0, 0.99)
-    monkeypatch.setattr(sizing, "cold_start_rise", rise)
-    assert sizing.load_test_utilization(model, trace, 2.0, 0.99) == pytest.approx(steady / (1.1**5), rel=0.02)
-
-
 def test_the_typical_fleet_is_the_work_weighted_median_minute_over_the_utilization() -> None:
     """Ten minutes of 60 requests and ten of 600, each request 1 s of prefill and 1 s of decode: 2 and 20 replicas
     of work; the busy minutes carry 10/11 of the work, so the typical minute is theirs: 20 / 0.5 = 40 replicas."""
@@ -353,7 +327,7 @@ def test_the_start_is_load_tested_at_the_fleet_the_trace_needs(monkeypatch: pyte
     at the utilization the last found, until one repeats. Replicas behind one router pool their bursts, so a trace
     that needs more than the first test's fleet starts hotter than that test alone would have it."""
     monkeypatch.setattr(sizing, "LOAD_TEST_S", 600.0)
-    monkeypatch.setattr(sizing, "cold_start_rise", lambda *_: 0.0)
+    monkeypatch.setattr(sizing, "plan", lambda *_: None)  # the steady test's share, as where no plan meets the aim
     model = ReplicaModel()
     trace = _minutes([2400] * 20)  # 40 requests a second, some 50 replicas of work
     fleets: list[int] = []
@@ -364,10 +338,10 @@ def test_the_start_is_load_tested_at_the_fleet_the_trace_needs(monkeypatch: pyte
         return real(cls, model, trace, replicas)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(sizing.LoadTest, "of", classmethod(spy))
-    start = sizing.load_test_utilization(model, trace, 2.0, 0.99)
+    start = sizing.follower_plan(model, trace, 2.0, 0.99).utilization
     assert fleets[0] == sizing.LOAD_TEST_REPLICAS and len(fleets) in (2, 3) and fleets[1] > 30
     decode = sizing.held_decode_tokens_per_s(model, trace)
     work = sizing.minute_work(trace, model.prefill_tokens_per_s, decode)
     assert fleets[-1] == sizing.typical_fleet(work, start) or len(fleets) == 3
     monkeypatch.setattr(sizing, "START_TESTS", 1)
-    assert start > sizing.load_test_utilization(model, trace, 2.0, 0.99) * 1.05
+    assert start > sizing.follower_plan(model, trace, 2.0, 0.99).utilization * 1.05

@@ -110,7 +110,8 @@ def test_a_block_needs_the_budget_that_counts_its_misses() -> None:
     alone = {"type": "predictive", "utilization": BLOCK}
     with pytest.raises(PolicyFileError, match=r"utilization: needs errorBudget"):
         parse_policy_document(workload_doc(policy=alone, slo=SLO))
-    for bad in ({**BLOCK, "start": 0}, {**BLOCK, "start": 1.5}, {**BLOCK, "decodeTokensPerSecond": -1}):
+    bad_blocks = ({**BLOCK, "start": 0}, {**BLOCK, "start": 1.5}, {**BLOCK, "decodeTokensPerSecond": -1})
+    for bad in (*bad_blocks, {**BLOCK, "floorReplicas": -1}):
         with pytest.raises(PolicyFileError, match=r"policy.utilization"):
             parse_policy_document(workload_doc(policy={**POLICY, "utilization": bad}, slo=SLO))
 
@@ -150,6 +151,15 @@ def test_the_policy_holds_the_work_over_the_utilization() -> None:
     assert decision.details["policy"]["work"] == pytest.approx(9.0) and decision.details["policy"][
         "utilization"
     ] == pytest.approx(0.5, rel=0.01)
+
+
+@pytest.mark.parametrize(("floor", "fleet"), [(0, 18), (12, 18), (24, 24)])
+def test_the_floor_holds_the_fleet_however_light_the_work(floor: int, fleet: int) -> None:
+    """9 replicas of work at 0.5 ask for 18; a floor under that changes nothing, one over it is held."""
+    decider = _decider(utilization={**BLOCK, "floorReplicas": floor})
+    decision = decider.decide(Observation(0.0, 10, _signals(20_000.0), ready_replicas=10))
+    assert decision.recommended == fleet
+    assert decision.details["policy"].get("floor", 0) == floor
 
 
 def test_a_queue_asks_for_more_and_a_missing_counter_holds() -> None:

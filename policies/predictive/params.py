@@ -126,6 +126,13 @@ class UtilizationParams(StrictModel):
         description="a replica's generation throughput, tokens a second, at the largest batch of these requests "
         "it holds",
     )
+    floor_replicas: int = Field(
+        default=0,
+        alias="floorReplicas",
+        ge=0,
+        description="replicas held however light the work: where the traffic swings within a cold start, a fixed "
+        "fleet is cheaper than following it (simulate plans it from the trace; 0: none)",
+    )
 
 
 MOVED_KEYS = {

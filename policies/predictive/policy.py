@@ -258,7 +258,8 @@ class PredictivePolicy(PolicyBase):
 
     def _follow(self, observation: Observation) -> Proposal:
         """With ``utilization``: the work over the utilization the budget has moved
-        (``policies.predictive.utilization``), kept within ``tolerance`` as the forecast's need is."""
+        (``policies.predictive.utilization``), never under ``floorReplicas``, kept within ``tolerance`` as the
+        forecast's need is."""
         given = self.params.utilization
         assert given is not None
         prompt, generation = observation.value(PROMPT_TOKENS), observation.value(GENERATION_TOKENS)
@@ -278,10 +279,12 @@ class PredictivePolicy(PolicyBase):
         )
         utilization = self._learner().utilization
         growth = self._growth(work, observation.now)
-        need = (work + growth) / utilization
+        need = max((work + growth) / utilization, float(given.floor_replicas))
         details.update(
             work=work, forecast=work + growth, horizon=self.horizon, utilization=round(utilization, 4), need=need
         )
+        if given.floor_replicas:
+            details["floor"] = given.floor_replicas
         replicas = self._within(need, observation.current_replicas)
         reason = "within-tolerance" if replicas == observation.current_replicas else "steady"
         return Proposal(replicas, reason, details)
