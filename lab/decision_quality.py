@@ -14,7 +14,7 @@ is the cheapest
 fixed fleet that meets the SLO in hindsight, reactive a follower told the load of the minute past exactly and
 clairvoyant one that knows the load to come, each at the cheapest utilization that meets the SLO in hindsight.
 
-A second table holds eight more cases (``HELD_OUT``): other windows and rate scales, SLOs of 1.5 s, 3 s for 99.5 %
+A second table holds eight more cases (``MORE_CASES``): other windows and rate scales, SLOs of 1.5 s, 3 s for 99.5 %
 and 2 s for 95 %, cold starts of 120, 180 and 900 s, days replayed at 6, 12 and 24 times their speed, the hour at
 twice its speed, and the Mooncake trace. A third runs the recorded windows of both with the policy ``simulate``
 planned on the window beside them (``PLANNED_ON``), as a user deploys what a recording planned onto the traffic
@@ -91,7 +91,7 @@ FAST_LONG_START = [
 ]
 SLO_3S = ["--slo-ttft", "3", "--slo-target", "0.995"]
 MOONCAKE = ["--trace", str(TRACES / "mooncake_synthetic.jsonl")]
-HELD_OUT: tuple[tuple[str, list[str], int], ...] = (
+MORE_CASES: tuple[tuple[str, list[str], int], ...] = (
     (
         "two recorded days of rates, days 5 to 7, at a 1.5 s SLO and a 180 s cold start (48-sequence batch)",
         [*RATES, "--window", "5d:7d", "--rate-scale", "0.003", *LENGTHS, "--cold-start", "180", "--slo-ttft", "1.5"],
@@ -203,8 +203,8 @@ def main() -> None:
     args = parser.parse_args()
     rows, ratios = table((*CASES, *FAST))
     stress, _ = table(STRESS)
-    held, held_ratios = table(HELD_OUT)
-    windowed = tuple(c for c in (*CASES, *FAST, *HELD_OUT) if "--window" in c[1])
+    more, more_ratios = table(MORE_CASES)
+    windowed = tuple(c for c in (*CASES, *FAST, *MORE_CASES) if "--window" in c[1])
     moved, moved_ratios = table(
         tuple((f"{t}, planned on {PLANNED_ON[c[c.index('--window') + 1]]}", c, b) for t, c, b in windowed), True
     )
@@ -231,10 +231,10 @@ and the Mooncake trace. Static-best is the bar; where even the followers tuned i
 nothing could be won by following.
 
 {HEADER}
-{chr(10).join(held)}
+{chr(10).join(more)}
 
-Worst case over these {len(held_ratios)}: {max(r for r, _ in held_ratios):.2f} times static-best; the SLO missed in
-{sum(m for _, m in held_ratios)} of them.
+Worst case over these {len(more_ratios)}: {max(r for r, _ in more_ratios):.2f} times static-best; the SLO missed in
+{sum(m for _, m in more_ratios)} of them.
 
 ## Planned on another window
 
