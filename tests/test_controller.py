@@ -274,8 +274,8 @@ def test_ticks_that_scale_and_hold_leave_no_cycle_behind(source: FakeSource) -> 
     """The daemon freezes what a tick leaves alive (``daemon.settle``): a cycle that became garbage once frozen would
     stay until the hourly thaw. None does: with the collector off, a quarter of an hour of ticks that scale up, hold,
     scale down and build every record again at the heartbeat leave nothing of the project's for a collection to find.
-    Only the project's: a thread an earlier test of the same worker left running makes garbage of its own meanwhile
-    (CI found 53 objects so once)."""
+    Only the project's: whatever else runs in the worker meanwhile may make garbage of its own (CI found 53 objects
+    so once, whose source was not found; a thread an earlier test of the same worker left running is the likely one)."""
     import gc
 
     actuator = FakeActuator({"a": state(2), "b": state(4)})
