@@ -2,12 +2,12 @@
 
 A follower of the work holds ``max(floor, ceil(held / u))`` replicas, ``held`` the most work of its scale-down
 window, read a minute late (the rates are the minute past's), and a replica it orders serves a cold start later
-(``fluid_fleet``). Replayed over the trace's minutes (``sizing.minute_work``), each minute runs its ready replicas
-at some load. What share of first tokens miss the SLO at a load comes from the replica: a steady load test of the
-trace's requests, at several multiples of the rate it sustains (``MissCurve``); and from the traffic: by what one
-fixed fleet over the trace itself misses, its minutes are as heavy as a steady load ``burstiness`` times their size
-(its arrivals come in bursts a steady test does not have, its rises carry a queue from one minute to the next, and
-a minute's overload lasts a minute where a steady test's lasts its whole span).
+(``held_work``, ``fluid_fleet``). Replayed over the trace's minutes (``sizing.minute_work``), each minute runs its
+ready replicas at some load. What share of first tokens miss the SLO at a load comes from the replica: a steady load
+test of the trace's requests, at several multiples of the rate it sustains (``MissCurve``); and from the traffic: by
+what one fixed fleet over the trace itself misses, its minutes are as heavy as a steady load ``burstiness`` times
+their size (its arrivals come in bursts a steady test does not have, its rises carry a queue from one minute to the
+next, and a minute's overload lasts a minute where a steady test's lasts its whole span).
 
 The plan is the ``(u, floor)`` whose replayed fleet holds the fewest replica-minutes while its replayed misses spend
 no more than the budget's aim (``utilization.AIM``): for each floor, the hottest ``u`` that does, by bisection.
@@ -73,17 +73,21 @@ def burstiness(curve: MissCurve, load: np.ndarray, missed: np.ndarray, arrived: 
     return float(math.sqrt(low * high) ** weight)
 
 
-def fluid_fleet(
-    work: np.ndarray, u: float, floor: int, cold_start_s: float, hold_s: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """The replicas a follower at ``u`` over ``floor`` orders in each minute of ``work`` (the scale-down window's
-    most work, a minute late, over ``u``, rounded up; at least one), and those ready: ordered a cold start before
-    and held since. Before the trace it held what its first cold start needs, as if it had run before."""
+def held_work(work: np.ndarray, cold_start_s: float, hold_s: float) -> np.ndarray:
+    """What a follower of ``work`` holds in each minute whatever its utilization: the scale-down window's most work,
+    a minute late. Before the trace it held what its first cold start needs, as if it had run before."""
     ahead = max(1, math.ceil(cold_start_s / 60))
     back = max(1, math.ceil(hold_s / 60))
     first = float(work[: ahead + 1].max())
     padded = np.concatenate([np.full(back - 1 + LATE_MINUTES, first), work[: len(work) - LATE_MINUTES]])
-    held = np.lib.stride_tricks.sliding_window_view(padded, back).max(axis=1)
+    held: np.ndarray = np.lib.stride_tricks.sliding_window_view(padded, back).max(axis=1)
+    return held
+
+
+def fluid_fleet(held: np.ndarray, u: float, floor: int, cold_start_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """The replicas a follower at ``u`` over ``floor`` orders in each minute (the ``held_work`` over ``u``, rounded
+    up; at least one), and those ready: ordered a cold start before and held since."""
+    ahead = max(1, math.ceil(cold_start_s / 60))
     ordered = np.maximum(max(1, floor), np.ceil(held / u - 1e-9))
     before = np.full(ahead, ordered[0])
     ready = np.lib.stride_tricks.sliding_window_view(np.concatenate([before, ordered]), ahead + 1).min(axis=1)
@@ -104,9 +108,10 @@ def plan(work: np.ndarray, curve: MissCurve, cold_start_s: float, hold_s: float,
     where none meets it."""
     weights = work / work.sum()
     aim = AIM * (1 - slo_target)
+    held = held_work(work, cold_start_s, hold_s)
 
     def meets(u: float, floor: int) -> bool:
-        _, ready = fluid_fleet(work, u, floor, cold_start_s, hold_s)
+        _, ready = fluid_fleet(held, u, floor, cold_start_s)
         return float(np.sum(weights * curve.at(work / ready))) <= aim
 
     def hottest(floor: int) -> float | None:
@@ -125,7 +130,7 @@ def plan(work: np.ndarray, curve: MissCurve, cold_start_s: float, hold_s: float,
         u = hottest(floor)
         if u is None:
             continue
-        held = float(fluid_fleet(work, u, floor, cold_start_s, hold_s)[0].sum())
-        if best is None or held < best[0] - 1e-9:
-            best = (held, Plan(u, floor))
+        replica_minutes = float(fluid_fleet(held, u, floor, cold_start_s)[0].sum())
+        if best is None or replica_minutes < best[0] - 1e-9:
+            best = (replica_minutes, Plan(u, floor))
     return None if best is None else best[1]

@@ -334,11 +334,7 @@ def run(
         series["ttft_beyond_prefill_p90"] = p90_by_arrival(
             ttft_beyond_prefill(fleet), fleet.arrival, np.asarray(series["t"])
         )
-    result = _result(trace, model, contender, fleet, slo_ttft, gpu_seconds_at_end, events, max_replicas)
-    if by_minute:
-        minute = ((fleet.arrival - fleet.arrival[0]) // 60).astype(np.int64)
-        result.missed_by_minute = np.bincount(minute, weights=~slo_met(fleet, slo_ttft))
-        result.arrived_by_minute = np.bincount(minute).astype(np.float64)
+    result = _result(trace, model, contender, fleet, slo_ttft, gpu_seconds_at_end, events, max_replicas, by_minute)
     result.timeline = series if timeline else {}
     result.zero = zeros.figures(fleet, end) if zeros is not None else None
     return result
@@ -353,15 +349,17 @@ def _result(
     gpu_seconds: float,
     events: int,
     max_replicas: int,
+    by_minute: bool = False,
 ) -> RunResult:
-    """What a finished run cost and served, from its fleet's per-request record."""
+    """What a finished run cost and served, from its fleet's per-request record; with ``by_minute``, each minute's
+    misses and arrivals as well."""
     met = slo_met(fleet, slo_ttft)
     served = ~np.isnan(fleet.first_token)
     ttft = (fleet.first_token - fleet.arrival)[served]
     waited = ~np.isnan(fleet.admitted)
     completed = int((~np.isnan(fleet.finished)).sum())
     hits = None if trace.prefix is None else 1.0 - float(fleet.computed.sum() / fleet.prompt.sum())
-    return RunResult(
+    result = RunResult(
         policy=contender.name,
         gpu_hours=gpu_seconds * model.gpus_per_replica / 3600.0,
         slo_attainment=float(met.sum()) / trace.requests,
@@ -377,6 +375,11 @@ def _result(
         settings=contender.settings(),
         prefix_cache_hits=hits,
     )
+    if by_minute:
+        minute = ((fleet.arrival - fleet.arrival[0]) // 60).astype(np.int64)
+        result.missed_by_minute = np.bincount(minute, weights=~met)
+        result.arrived_by_minute = np.bincount(minute).astype(np.float64)
+    return result
 
 
 # -- the oracle ---------------------------------------------------------------------------------------

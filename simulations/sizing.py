@@ -22,9 +22,9 @@ import numpy as np
 
 from policies.predictive.utilization import AIM
 from policies.spec import DEFAULT_SCALE_DOWN
-from simulations.follower_plan import LOADS, MissCurve, Plan, burstiness, plan
+from simulations.follower_plan import LEAST, LOADS, MissCurve, Plan, burstiness, plan
 from simulations.replica_model import ReplicaModel
-from simulations.runner import Contender, allowed_misses, run
+from simulations.runner import Contender, RunResult, allowed_misses, run
 from simulations.traces import PrefixBlocks, Trace, sample_lengths
 
 REFERENCE_SLO_TTFT_S = 2.0  # the built-in targets are sized for this SLO
@@ -32,7 +32,6 @@ REFERENCE_SLO_TARGET = 0.99
 LOAD_TEST_REPLICAS = 8  # the targets' tests; the start's first one, then the trace's own fleet
 START_TESTS = 3  # the start's load tests at most: each at the fleet the one before found the trace needs
 DEFAULT_HOLD_S = float(DEFAULT_SCALE_DOWN.stabilization_window_seconds or 0)  # the HPA's scale-down window
-LEAST_START = 0.01
 LOAD_TEST_S = 3600.0
 LOAD_TEST_MOST_REQUESTS = 200_000  # at its highest rate: a test of tiny requests is shortened to it
 LOAD_TEST_STEPS = 8  # to 0.4 % of the bound
@@ -107,10 +106,15 @@ class LoadTest:
         return Trace("load-test", arrivals[:n], self.prompts[:n], self.outputs[:n], prefix=prefix)
 
     def meets(self, model: ReplicaModel, rate: float, slo_ttft: float, slo_target: float) -> bool:
+        return self.run(model, rate, slo_ttft, slo_target).meets(slo_target)
+
+    def run(self, model: ReplicaModel, rate: float, slo_ttft: float, slo_target: float | None = None) -> RunResult:
+        """The fixed replicas' run at ``rate``; with ``slo_target``, stopped once it has certainly missed it."""
         trace = self.at(rate)
-        fixed = Contender("load-test", static=self.fleet)
-        result = run(trace, model, fixed, self.fleet, slo_ttft, False, miss_budget=allowed_misses(trace, slo_target))
-        return result.meets(slo_target)
+        budget = None if slo_target is None else allowed_misses(trace, slo_target)
+        return run(
+            trace, model, Contender("load-test", static=self.fleet), self.fleet, slo_ttft, False, miss_budget=budget
+        )
 
 
 def sustained_rate(
@@ -172,15 +176,13 @@ def follower_plan(
         fleet = typical_fleet(work, steady)
         if fleet in tested:
             break
-    start = Plan(float(min(max(steady, LEAST_START), 1.0)), 0)
+    start = Plan(float(min(max(steady, LEAST), 1.0)), 0)
     if trace is None or work is None or steady <= 0 or not work.any():
         return start
     curve = miss_curve(test, model, rate, steady, slo_ttft)
     fixed = run(trace, model, Contender("fixed", static=test.fleet), test.fleet, slo_ttft, False, by_minute=True)
-    assert fixed.missed_by_minute is not None and fixed.arrived_by_minute is not None
-    minutes = min(len(work), len(fixed.arrived_by_minute))
-    load = work[:minutes] / test.fleet
-    bursts = burstiness(curve, load, fixed.missed_by_minute[:minutes], fixed.arrived_by_minute[:minutes])
+    assert fixed.missed_by_minute is not None and fixed.arrived_by_minute is not None  # binned as ``minute_work``
+    bursts = burstiness(curve, work / test.fleet, fixed.missed_by_minute, fixed.arrived_by_minute)
     found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target)
     return found if found is not None else start
 
@@ -195,9 +197,7 @@ def miss_curve(test: LoadTest, model: ReplicaModel, rate: float, steady: float, 
         if (shares and shares[-1] >= 0.5) or rate * times * test.span > len(test.gaps):
             shares.append(1.0)
             continue
-        fixed = Contender("load-test", static=test.fleet)
-        result = run(test.at(rate * times), model, fixed, test.fleet, slo_ttft, False)
-        shares.append(1.0 - result.slo_attainment)
+        shares.append(1.0 - test.run(model, rate * times, slo_ttft).slo_attainment)
     return MissCurve(steady * np.asarray(LOADS), np.asarray(shares))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulations.follower_plan import MissCurve, Plan, burstiness, fluid_fleet, plan
+from simulations.follower_plan import MissCurve, Plan, burstiness, fluid_fleet, held_work, plan
 
 CURVE = MissCurve(np.array([0.25, 0.5, 0.75]), np.array([0.0, 0.005, 0.1]))  # a knee at half the compute
 
@@ -27,16 +27,16 @@ def test_the_follower_holds_the_windows_most_work_a_minute_late_and_serves_a_col
     scale-down window: 4 replicas ordered until minute 3's work is read in minute 4, 12 then until minute 7, when the
     window of minutes 4 to 6 still holds minute 4's 6; ready two minutes after."""
     work = np.array([2.0, 2, 2, 6, 6, 2, 2, 2, 2, 2])
-    ordered, ready = fluid_fleet(work, 0.5, 0, 120.0, 180.0)
+    ordered, ready = fluid_fleet(held_work(work, 120.0, 180.0), 0.5, 0, 120.0)
     assert list(ordered) == [4, 4, 4, 4, 12, 12, 12, 12, 4, 4]
     assert list(ready) == [4, 4, 4, 4, 4, 4, 12, 12, 4, 4]
-    floored, _ = fluid_fleet(work, 0.5, 8, 120.0, 180.0)
+    floored, _ = fluid_fleet(held_work(work, 120.0, 180.0), 0.5, 8, 120.0)
     assert list(floored) == [8, 8, 8, 8, 12, 12, 12, 12, 8, 8]
 
 
 def test_before_the_trace_it_held_what_its_first_cold_start_needs() -> None:
     """As if it had run before: a trace whose work rises in its first minutes finds the fleet for it ready."""
-    ordered, ready = fluid_fleet(np.array([1.0, 4, 4, 4]), 0.5, 0, 120.0, 300.0)
+    ordered, ready = fluid_fleet(held_work(np.array([1.0, 4, 4, 4]), 120.0, 300.0), 0.5, 0, 120.0)
     assert list(ordered) == list(ready) == [8, 8, 8, 8]
 
 
@@ -62,7 +62,7 @@ def test_work_that_spikes_within_a_cold_start_is_held_by_a_floor() -> None:
     spiky = np.tile([5.0] * 9 + [8.0], 12)
     found = plan(spiky, CURVE, 300.0, 300.0, 0.99)
     assert found == Plan(1.0, 14)
-    assert list(fluid_fleet(spiky, found.utilization, found.floor, 300.0, 300.0)[0]) == [14] * 120
+    assert list(fluid_fleet(held_work(spiky, 300.0, 300.0), found.utilization, found.floor, 300.0)[0]) == [14] * 120
     held = plan(np.tile([5.0] * 4 + [9.0], 24), CURVE, 300.0, 300.0, 0.99)
     assert held is not None and held.floor == 0
 
