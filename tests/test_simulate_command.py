@@ -22,7 +22,7 @@ from simulations.builtin import builtin_policy
 from simulations.replica_model import ReplicaModel
 from simulations.report import load_line
 from simulations.traces import synthetic_day
-from tests.helpers import assert_report_consistent, policy_file, workload_doc
+from tests.helpers import assert_report_consistent, child_processes, policy_file, workload_doc
 
 
 def test_a_load_beyond_max_replicas_is_named_in_the_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -295,20 +295,6 @@ def test_given_only_an_slo_simulate_measures_the_capacity_and_runs_the_builtin_d
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -359,7 +345,7 @@ def test_a_stopped_simulation_leaves_no_worker_behind(
             command, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
     try:
-        workers = wait_for(lambda: _children(process.pid), 120, "the simulation's worker processes")
+        workers = wait_for(lambda: child_processes(process.pid), 120, "the simulation's worker processes")
         assert len(workers) <= 2
         process.send_signal(sent)
         sent_at = time.monotonic()
