@@ -212,8 +212,9 @@ def sized_builtin(
     )
     note(
         "planning the follower: the replica's misses at each load by a load test of the fleet the trace needs, "
-        "the trace's own by that fleet fixed over it, and the follower replayed over the trace's minutes "
-        "(simulations/follower_plan.py): ",
+        "the trace's own by that fleet fixed over it, and the follower replayed over the trace's minutes, beside "
+        "the fewest fixed replicas that meet the SLO over it where they might cost less "
+        "(simulations/follower_plan.py, sizing.py): ",
         "",
     )
     planned = follower_plan(model, trace, slo_ttft, slo_target, hold_s)

@@ -22,7 +22,7 @@ import numpy as np
 
 from policies.predictive.utilization import AIM
 from policies.spec import DEFAULT_SCALE_DOWN
-from simulations.follower_plan import LEAST, LOADS, MissCurve, Plan, burstiness, plan
+from simulations.follower_plan import LEAST, LOADS, MissCurve, Plan, burstiness, fixed_candidates, plan
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult, allowed_misses, run
 from simulations.traces import PrefixBlocks, Trace, sample_lengths
@@ -161,7 +161,10 @@ def follower_plan(
     replicas, 0.55 at 16, 0.58 at 24). That fleet's test, at ``LOADS`` times the rate it sustains, measures the
     misses at each load, and the same fleet fixed over the trace how many times as many its arrivals miss
     (``burstiness``). Without a trace, or where no plan meets the aim, the follower starts at the steady test's
-    share with no floor; ``hold_s`` is the scale-down window the follower holds its most work over."""
+    share with no floor. Where a fixed fleet might hold fewer replica-minutes than the plan (``fixed_candidates``),
+    the fewest replicas that, fixed over the trace, spend no more than the budget's aim is the plan: that floor at
+    a utilization of 1 (``smallest_fixed_fleet``). ``hold_s`` is the scale-down window the follower holds its most
+    work over."""
     decode = held_decode_tokens_per_s(model, trace)
     work = None if trace is None else minute_work(trace, model.prefill_tokens_per_s, decode)
     fleet, tested = LOAD_TEST_REPLICAS, set()
@@ -183,8 +186,32 @@ def follower_plan(
     fixed = run(trace, model, Contender("fixed", static=test.fleet), test.fleet, slo_ttft, False, by_minute=True)
     assert fixed.missed_by_minute is not None and fixed.arrived_by_minute is not None  # binned as ``minute_work``
     bursts = burstiness(curve, work / test.fleet, fixed.missed_by_minute, fixed.arrived_by_minute)
-    found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target)
-    return found if found is not None else start
+    found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target) or start
+    candidates = fixed_candidates(work, found, model.cold_start_s, hold_s)
+    fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, 1 - AIM * (1 - slo_target))
+    return found if fleet_found is None else Plan(1.0, fleet_found)
+
+
+def smallest_fixed_fleet(
+    trace: Trace, model: ReplicaModel, candidates: range, slo_ttft: float, slo_target: float
+) -> int | None:
+    """The fewest of ``candidates`` replicas that, fixed over the trace, meet ``slo_target``, by bisection (a
+    larger fleet misses no more); None where the largest does not. The replay reads a minute's misses from a steady
+    test, which a short overload misses less than: where a fixed fleet might be the cheaper plan, the simulator
+    decides (docs/decisions/predictive-utilization.md)."""
+
+    def meets(replicas: int) -> bool:
+        contender = Contender("fixed", static=replicas)
+        budget = allowed_misses(trace, slo_target)
+        return run(trace, model, contender, replicas, slo_ttft, False, miss_budget=budget).meets(slo_target)
+
+    if not candidates or not meets(candidates[-1]):
+        return None
+    low, high = candidates[0], candidates[-1]
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if meets(middle) else (middle + 1, high)
+    return high
 
 
 def miss_curve(test: LoadTest, model: ReplicaModel, rate: float, steady: float, slo_ttft: float) -> MissCurve:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulations.follower_plan import MissCurve, Plan, burstiness, fluid_fleet, held_work, plan
+from simulations.follower_plan import (
+    MissCurve,
+    Plan,
+    burstiness,
+    fixed_candidates,
+    fluid_fleet,
+    held_work,
+    plan,
+)
 
 CURVE = MissCurve(np.array([0.25, 0.5, 0.75]), np.array([0.0, 0.005, 0.1]))  # a knee at half the compute
 
@@ -72,3 +80,12 @@ def test_no_plan_where_no_fleet_meets_the_aim() -> None:
     never = MissCurve(np.array([0.1]), np.array([1.0]))
     assert plan(np.full(30, 5.0), never, 300.0, 300.0, 0.99) is None
     assert Plan(0.5, 0) == Plan(0.5, 0)
+
+
+def test_fixed_fleets_are_tried_only_where_one_might_hold_fewer_replica_minutes() -> None:
+    """The spikes' plan holds 14 replicas: fleets of 8 (the busiest minute's work) to 13 might beat it. A follower of
+    work that swings over hours holds fewer on average than its busiest minute needs: no fixed fleet can."""
+    spiky = np.tile([5.0] * 9 + [8.0], 12)
+    assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0) == range(8, 14)
+    day = 11 + 9 * np.sin(np.linspace(0, 2 * np.pi, 1440))
+    assert not fixed_candidates(day, Plan(0.8, 0), 300.0, 300.0)

@@ -12,6 +12,7 @@ import pytest
 import simulations.sizing as sizing
 from autoscaler.cli import main
 from simulations.builtin import builtin_document
+from simulations.follower_plan import Plan
 from simulations.replica_model import ReplicaModel
 from simulations.sizing import (
     LEAST_SHARE,
@@ -328,6 +329,7 @@ def test_the_start_is_load_tested_at_the_fleet_the_trace_needs(monkeypatch: pyte
     that needs more than the first test's fleet starts hotter than that test alone would have it."""
     monkeypatch.setattr(sizing, "LOAD_TEST_S", 600.0)
     monkeypatch.setattr(sizing, "plan", lambda *_: None)  # the steady test's share, as where no plan meets the aim
+    monkeypatch.setattr(sizing, "smallest_fixed_fleet", lambda *_: None)  # and no fixed fleet is cheaper
     model = ReplicaModel()
     trace = _minutes([2400] * 20)  # 40 requests a second, some 50 replicas of work
     fleets: list[int] = []
@@ -345,3 +347,23 @@ def test_the_start_is_load_tested_at_the_fleet_the_trace_needs(monkeypatch: pyte
     assert fleets[-1] == sizing.typical_fleet(work, start) or len(fleets) == 3
     monkeypatch.setattr(sizing, "START_TESTS", 1)
     assert start > sizing.follower_plan(model, trace, 2.0, 0.99).utilization * 1.05
+
+
+SURGE = [300] * 4 + [900] * 2 + [300] * 4  # 6.4 replicas of work, 19.2 for two minutes
+
+
+def test_the_smallest_fixed_fleet_that_meets_the_target_is_found_by_bisection() -> None:
+    """On the surge, 20 fixed replicas meet 99 % (99.26 %) and 19 do not (85.9 %); none of 16 to 19 does."""
+    trace, model = _minutes(SURGE), ReplicaModel()
+    assert sizing.smallest_fixed_fleet(trace, model, range(16, 30), 2.0, 0.99) == 20
+    assert sizing.smallest_fixed_fleet(trace, model, range(16, 20), 2.0, 0.99) is None
+    assert sizing.smallest_fixed_fleet(trace, model, range(16, 16), 2.0, 0.99) is None
+
+
+def test_where_a_fixed_fleet_holds_fewer_replica_minutes_than_the_plan_it_is_the_plan() -> None:
+    """A surge within a cold start: the plan, whatever it is, holds no fewer on average than the fixed fleet the
+    simulator finds meets the aim, so that fleet is the floor, at a utilization of 1."""
+    trace, model = _minutes(SURGE), ReplicaModel()
+    found = sizing.follower_plan(model, trace, 2.0, 0.99)
+    aim = 1 - sizing.AIM * 0.01
+    assert found == Plan(1.0, sizing.smallest_fixed_fleet(trace, model, range(1, 64), 2.0, aim))
