@@ -188,22 +188,36 @@ def follower_plan(
     bursts = burstiness(curve, work / test.fleet, fixed.missed_by_minute, fixed.arrived_by_minute)
     found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target) or start
     candidates = fixed_candidates(work, found, model.cold_start_s, hold_s)
-    fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, 1 - AIM * (1 - slo_target))
+    aim = 1 - AIM * (1 - slo_target)
+    fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, aim, {test.fleet: fixed.meets(aim)})
     return found if fleet_found is None else Plan(1.0, fleet_found)
 
 
 def smallest_fixed_fleet(
-    trace: Trace, model: ReplicaModel, candidates: range, slo_ttft: float, slo_target: float
+    trace: Trace,
+    model: ReplicaModel,
+    candidates: range,
+    slo_ttft: float,
+    slo_target: float,
+    known: dict[int, bool] | None = None,
 ) -> int | None:
     """The fewest of ``candidates`` replicas that, fixed over the trace, meet ``slo_target``, by bisection (a
-    larger fleet misses no more); None where the largest does not. The replay reads a minute's misses from a steady
-    test, which a short overload misses less than: where a fixed fleet might be the cheaper plan, the simulator
-    decides (docs/decisions/predictive-utilization.md)."""
+    larger fleet misses no more, so a fleet ``known`` to meet it or not tells of those above or below); None where
+    the largest does not. The replay reads a minute's misses from a steady test, which a short overload misses less
+    than: where a fixed fleet might be the cheaper plan, the simulator decides
+    (docs/decisions/predictive-utilization.md)."""
+    found = dict(known or {})
 
     def meets(replicas: int) -> bool:
+        if any(fleet >= replicas and not met for fleet, met in found.items()):
+            return False
+        if any(fleet <= replicas and met for fleet, met in found.items()):
+            return True
         contender = Contender("fixed", static=replicas)
         budget = allowed_misses(trace, slo_target)
-        return run(trace, model, contender, replicas, slo_ttft, False, miss_budget=budget).meets(slo_target)
+        result = run(trace, model, contender, replicas, slo_ttft, False, miss_budget=budget)
+        found[replicas] = result.meets(slo_target)
+        return found[replicas]
 
     if not candidates or not meets(candidates[-1]):
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from autoscaler.cli import main
 from simulations.builtin import builtin_document
 from simulations.follower_plan import Plan
 from simulations.replica_model import ReplicaModel
+from simulations.runner import Contender, RunResult
 from simulations.sizing import (
     LEAST_SHARE,
     MIX_SPREAD,
@@ -352,12 +354,24 @@ def test_the_start_is_load_tested_at_the_fleet_the_trace_needs(monkeypatch: pyte
 SURGE = [300] * 4 + [900] * 2 + [300] * 4  # 6.4 replicas of work, 19.2 for two minutes
 
 
-def test_the_smallest_fixed_fleet_that_meets_the_target_is_found_by_bisection() -> None:
-    """On the surge, 20 fixed replicas meet 99 % (99.26 %) and 19 do not (85.9 %); none of 16 to 19 does."""
+def test_the_smallest_fixed_fleet_that_meets_the_target_is_found_by_bisection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the surge, 20 fixed replicas meet 99 % (99.26 %) and 19 do not (85.9 %); none of 16 to 19 does. A fleet
+    known to miss tells of those below it, one known to meet of those above: they are not run."""
     trace, model = _minutes(SURGE), ReplicaModel()
     assert sizing.smallest_fixed_fleet(trace, model, range(16, 30), 2.0, 0.99) == 20
     assert sizing.smallest_fixed_fleet(trace, model, range(16, 20), 2.0, 0.99) is None
     assert sizing.smallest_fixed_fleet(trace, model, range(16, 16), 2.0, 0.99) is None
+    fleets: list[int] = []
+    real = sizing.run
+
+    def spy(trace: Trace, model: ReplicaModel, contender: Contender, *args: Any, **kwargs: Any) -> RunResult:
+        fleets.append(contender.static or 0)
+        return real(trace, model, contender, *args, **kwargs)
+
+    monkeypatch.setattr(sizing, "run", spy)
+    assert sizing.smallest_fixed_fleet(trace, model, range(16, 20), 2.0, 0.99, {19: False}) is None
+    assert sizing.smallest_fixed_fleet(trace, model, range(16, 30), 2.0, 0.99, {19: False, 21: True}) == 20
+    assert fleets == [20]
 
 
 def test_where_a_fixed_fleet_holds_fewer_replica_minutes_than_the_plan_it_is_the_plan() -> None:
