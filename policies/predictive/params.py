@@ -114,8 +114,8 @@ class UtilizationParams(StrictModel):
     start: float = Field(
         gt=0,
         le=1,
-        description="the utilization to start from: a load test's, the share of a replica's compute that a few "
-        "fixed replicas under steady traffic of these requests use while they meet the slo (simulate writes it)",
+        description="the utilization to start from, the share of a replica's compute the follower runs at: simulate "
+        "plans it from a load test of these requests and the trace (1 where it plans a fixed fleet as the floor)",
     )
     prefill_tokens_per_second: float = Field(
         alias="prefillTokensPerSecond", gt=0, description="a replica's prefill throughput, prompt tokens a second"
