@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -110,3 +113,21 @@ def child_processes(pid: int) -> set[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.add(int(entry))
     return found
+
+
+@contextmanager
+def deliverable(sent: signal.Signals) -> Iterator[None]:
+    """``sent`` neither ignored nor blocked here and in what a process started here inherits, as from a terminal:
+    a shell without job control starts a background job (``pytest ... &`` from a script) with Ctrl-C ignored, and
+    the suite's workers and their children inherit it (measured: SigIgn 0x1001006 in every worker, 0x1001000 when the
+    suite runs in the foreground)."""
+    ignored = signal.getsignal(sent) == signal.SIG_IGN
+    if ignored:
+        signal.signal(sent, signal.default_int_handler if sent == signal.SIGINT else signal.SIG_DFL)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, [sent])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if ignored:
+            signal.signal(sent, signal.SIG_IGN)

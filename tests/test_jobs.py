@@ -12,7 +12,7 @@ import simulations.jobs as jobs
 from simulations.builtin import builtin_policy
 from simulations.replica_model import ReplicaModel
 from simulations.traces import synthetic_day
-from tests.helpers import child_processes
+from tests.helpers import child_processes, deliverable
 
 
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM])
@@ -47,7 +47,7 @@ def test_an_interrupt_during_a_workers_fork_leaves_no_worker_behind(
     monkeypatch.setattr(os, "fork", interrupted_fork)
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        with pytest.raises(KeyboardInterrupt if sent == signal.SIGINT else Terminated):
+        with deliverable(sent), pytest.raises(KeyboardInterrupt if sent == signal.SIGINT else Terminated):
             jobs.run_jobs(shared, [("static", (n, None)) for n in (10, 11, 12)], lambda _: None)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -8,8 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from simulations.builtin import builtin_policy
 from simulations.replica_model import ReplicaModel
 from simulations.report import load_line
 from simulations.traces import synthetic_day
-from tests.helpers import assert_report_consistent, child_processes, policy_file, workload_doc
+from tests.helpers import assert_report_consistent, child_processes, deliverable, policy_file, workload_doc
 
 
 def test_a_load_beyond_max_replicas_is_named_in_the_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -303,24 +301,6 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-@contextmanager
-def _deliverable(sent: signal.Signals) -> Iterator[None]:
-    """``sent`` neither ignored nor blocked in what a process started here inherits, as from a terminal: a shell
-    without job control starts a background job (``pytest ... &`` from a script) with Ctrl-C ignored, and the
-    suite's workers and their children inherit it (measured: SigIgn 0x1001006 in every worker, 0x1001000 when the
-    suite runs in the foreground)."""
-    ignored = signal.getsignal(sent) == signal.SIG_IGN
-    if ignored:
-        signal.signal(sent, signal.default_int_handler if sent == signal.SIGINT else signal.SIG_DFL)
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, [sent])
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        if ignored:
-            signal.signal(sent, signal.SIG_IGN)
-
-
 @pytest.mark.parametrize(
     ("sent", "code", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
 )
@@ -340,7 +320,7 @@ def test_a_stopped_simulation_leaves_no_worker_behind(
         *("--window", ":1d", "--rate-scale", "0.001"),
         *("--tune", "--jobs", "2", "-q"),
     ]
-    with _deliverable(sent):
+    with deliverable(sent):
         process = subprocess.Popen(
             command, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
