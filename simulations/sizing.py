@@ -109,12 +109,23 @@ class LoadTest:
         return self.run(model, rate, slo_ttft, slo_target).meets(slo_target)
 
     def run(self, model: ReplicaModel, rate: float, slo_ttft: float, slo_target: float | None = None) -> RunResult:
-        """The fixed replicas' run at ``rate``; with ``slo_target``, stopped once it has certainly missed it."""
-        trace = self.at(rate)
-        budget = None if slo_target is None else allowed_misses(trace, slo_target)
-        return run(
-            trace, model, Contender("load-test", static=self.fleet), self.fleet, slo_ttft, False, miss_budget=budget
-        )
+        """The fixed replicas' run at ``rate`` (``fixed_run``)."""
+        return fixed_run(self.at(rate), model, self.fleet, slo_ttft, slo_target)
+
+
+def fixed_run(
+    trace: Trace,
+    model: ReplicaModel,
+    replicas: int,
+    slo_ttft: float,
+    slo_target: float | None = None,
+    by_minute: bool = False,
+) -> RunResult:
+    """``replicas`` fixed over ``trace``, no timeline; with ``slo_target``, stopped once it has certainly missed it;
+    ``by_minute``: with each minute's misses and arrivals (``runner.run``)."""
+    budget = None if slo_target is None else allowed_misses(trace, slo_target)
+    contender = Contender("fixed", static=replicas)
+    return run(trace, model, contender, replicas, slo_ttft, False, miss_budget=budget, by_minute=by_minute)
 
 
 def sustained_rate(
@@ -183,7 +194,7 @@ def follower_plan(
     if trace is None or work is None or steady <= 0 or not work.any():
         return start
     curve = miss_curve(test, model, rate, steady, slo_ttft)
-    fixed = run(trace, model, Contender("fixed", static=test.fleet), test.fleet, slo_ttft, False, by_minute=True)
+    fixed = fixed_run(trace, model, test.fleet, slo_ttft, by_minute=True)
     assert fixed.missed_by_minute is not None and fixed.arrived_by_minute is not None  # binned as ``minute_work``
     bursts = burstiness(curve, work / test.fleet, fixed.missed_by_minute, fixed.arrived_by_minute)
     found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target) or start
@@ -213,10 +224,7 @@ def smallest_fixed_fleet(
             return False
         if any(fleet <= replicas and met for fleet, met in found.items()):
             return True
-        contender = Contender("fixed", static=replicas)
-        budget = allowed_misses(trace, slo_target)
-        result = run(trace, model, contender, replicas, slo_ttft, False, miss_budget=budget)
-        found[replicas] = result.meets(slo_target)
+        found[replicas] = fixed_run(trace, model, replicas, slo_ttft, slo_target).meets(slo_target)
         return found[replicas]
 
     if not candidates or not meets(candidates[-1]):
