@@ -153,11 +153,14 @@ def test_the_policy_holds_the_work_over_the_utilization() -> None:
     ] == pytest.approx(0.5, rel=0.01)
 
 
-@pytest.mark.parametrize(("floor", "fleet"), [(0, 18), (12, 18), (24, 24)])
-def test_the_floor_holds_the_fleet_however_light_the_work(floor: int, fleet: int) -> None:
-    """9 replicas of work at 0.5 ask for 18; a floor under that changes nothing, one over it is held."""
+@pytest.mark.parametrize(
+    ("floor", "current", "fleet"), [(0, 10, 18), (12, 10, 18), (24, 10, 24), (19, 18, 19), (24, 23, 24)]
+)
+def test_the_floor_holds_the_fleet_however_light_the_work(floor: int, current: int, fleet: int) -> None:
+    """9 replicas of work at 0.5 ask for 18; a floor under that changes nothing, one over it is held, also where
+    the count is within the tolerance under it (a fleet of 23 under a floor of 24 rises to it)."""
     decider = _decider(utilization={**BLOCK, "floorReplicas": floor})
-    decision = decider.decide(Observation(0.0, 10, _signals(20_000.0), ready_replicas=10))
+    decision = decider.decide(Observation(0.0, current, _signals(20_000.0), ready_replicas=current))
     assert decision.recommended == fleet
     assert decision.details["policy"].get("floor", 0) == floor
 
