@@ -18,7 +18,7 @@ A second table holds eight more cases (``MORE_CASES``): other windows and rate s
 and 2 s for 95 %, cold starts of 120, 180 and 900 s, days replayed at 6, 12 and 24 times their speed, the hour at
 twice its speed, and the Mooncake trace. A third runs the recorded windows of both with the policy ``simulate``
 planned on the window beside them (``PLANNED_ON``), as a user deploys what a recording planned onto the traffic
-that follows it. About twenty minutes in all on two cores.
+that follows it. About thirty minutes in all on two cores.
 """
 
 from __future__ import annotations

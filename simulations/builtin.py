@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 
 from policies.policy_file import PolicyFile, parse_policy_document
-from simulations.contenders import workload_variant
+from simulations.contenders import policy_contender, workload_variant
+from simulations.follower_plan import Plan
 from simulations.replica_model import ReplicaModel
 from simulations.report import percent
+from simulations.runner import RunResult, run
 from simulations.sizing import (
     DEFAULT_HOLD_S,
     REFERENCE_SLO_TARGET,
@@ -212,12 +214,21 @@ def sized_builtin(
     )
     note(
         "planning the follower: the replica's misses at each load by a load test of the fleet the trace needs, "
-        "the trace's own by that fleet fixed over it, and the follower replayed over the trace's minutes, beside "
-        "the fewest fixed replicas that meet the SLO over it where they might cost less "
+        "the trace's own by that fleet fixed over it, the follower replayed over the trace's minutes and its policy "
+        "run over them, beside the fewest fixed replicas that meet the SLO over it where they might cost less "
         "(simulations/follower_plan.py, sizing.py): ",
         "",
     )
-    planned = follower_plan(model, trace, slo_ttft, slo_target, hold_s)
+
+    def check(planned: Plan, initial: int, most: int) -> RunResult:
+        sized = with_error_budget(raw, model, slo_ttft, slo_target, trace, planned.utilization, planned.floor)
+        document = parse_policy_document(sized, "<built-in>")
+        workload = document.workloads[0]
+        if most > workload.max_replicas:
+            document, workload = workload_variant(document, workload, {"maxReplicas": most})
+        return run(trace, model, policy_contender(document, workload, model), initial, slo_ttft, False, by_minute=True)
+
+    planned = follower_plan(model, trace, slo_ttft, slo_target, hold_s, check)
     held = f", never under {planned.floor} replicas" if planned.floor else ""
     note(f"{planned.utilization:.2f} of their compute{held}", "\n")
     sized = with_error_budget(raw, model, slo_ttft, slo_target, trace, planned.utilization, planned.floor)

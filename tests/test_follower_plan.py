@@ -87,5 +87,7 @@ def test_fixed_fleets_are_tried_only_where_one_might_hold_fewer_replica_minutes(
     work that swings over hours holds fewer on average than its busiest minute needs: no fixed fleet can."""
     spiky = np.tile([5.0] * 9 + [8.0], 12)
     assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0) == range(8, 14)
+    # a run of its policy that held 16.2 on average says fleets of 14 to 16 might too
+    assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0, held=16.2) == range(8, 17)
     day = 11 + 9 * np.sin(np.linspace(0, 2 * np.pi, 1440))
     assert not fixed_candidates(day, Plan(0.8, 0), 300.0, 300.0)

@@ -4,16 +4,18 @@ model."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+import simulations.follower_plan as follower_plan
 import simulations.sizing as sizing
 from autoscaler.cli import main
-from simulations.builtin import builtin_document
-from simulations.follower_plan import Plan
+from simulations.builtin import builtin_document, sized_builtin
+from simulations.follower_plan import MissCurve, Plan
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult
 from simulations.sizing import (
@@ -381,3 +383,70 @@ def test_where_a_fixed_fleet_holds_fewer_replica_minutes_than_the_plan_it_is_the
     found = sizing.follower_plan(model, trace, 2.0, 0.99)
     aim = 1 - sizing.AIM * 0.01
     assert found == Plan(1.0, sizing.smallest_fixed_fleet(trace, model, range(1, 64), 2.0, aim))
+
+
+def test_where_a_fixed_fleet_is_the_plan_the_policy_is_not_run() -> None:
+    """The surge's plan is a fixed fleet, found by fixed runs: the policy's run, a check of the follower's plan, is
+    not made."""
+    trace, model = _minutes(SURGE), ReplicaModel()
+
+    def unwanted(planned: Plan, initial: int, most: int) -> RunResult:
+        raise AssertionError("the policy was run")
+
+    assert sizing.follower_plan(model, trace, 2.0, 0.99, check=unwanted) == sizing.follower_plan(
+        model, trace, 2.0, 0.99
+    )
+
+
+def _ran(missed: float, minutes: int = 120, arrived: float = 1000.0) -> RunResult:
+    """A run of ``minutes`` of ``arrived`` requests each, ``missed`` of them late."""
+    result = RunResult("predictive", 1.0, 1 - missed / arrived, None, None, None, 0, 0, 0, 0)
+    result.missed_by_minute, result.arrived_by_minute = np.full(minutes, missed), np.full(minutes, arrived)
+    return result
+
+
+@pytest.mark.parametrize(("missed", "hotter"), [(3.0, True), (12.0, False), (0.0, None)])
+def test_a_plan_whose_policy_missed_more_than_the_replay_read_is_planned_cooler(
+    missed: float, hotter: bool | None
+) -> None:
+    """Flat work of 10 replicas, a curve with a knee at half the compute: the replay plans 20 replicas (a
+    utilization near 0.53), where a minute misses 0.5 % of its requests. A run that missed 0.3 % takes the curve
+    lighter and the plan hotter; one that missed 1.2 %, cooler; the run returned is the new plan's. One that missed
+    none leaves it (the prior holds a count of few misses near the replay's)."""
+    work = np.full(120, 10.0)
+    curve = MissCurve(np.array([0.25, 0.5, 0.75]), np.array([0.0, 0.005, 0.1]))
+    found = follower_plan.plan(work, curve, 300.0, 300.0, 0.99)
+    assert found is not None
+    runs: list[Plan] = []
+
+    def check(planned: Plan, initial: int, most: int) -> RunResult:
+        runs.append(planned)
+        assert initial == most == math.ceil(10 / planned.utilization - 1e-9)  # the replay's flat fleet
+        return _ran(missed if len(runs) == 1 else 0.0)
+
+    again, ran = sizing.checked_plan(work, curve, found, 300.0, 300.0, 0.99, check)
+    if hotter is None:
+        assert again == found and runs == [found]
+        return
+    assert (again.utilization > found.utilization) is hotter and again.utilization != found.utilization
+    assert runs == [found, again] and ran.missed_by_minute is not None and not ran.missed_by_minute.any()
+
+
+def test_the_builtin_follower_is_checked_by_a_run_of_its_policy_over_the_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work that swings over 90 minutes (100 to 800 requests a minute) is followed, not held by a fixed fleet:
+    the plan is run as the built-in predictive over the whole trace, and the plan written is the one checked."""
+    trace = _minutes([int(450 - 350 * np.cos(2 * np.pi * m / 90)) for m in range(90)])
+    checked: list[tuple[Plan, RunResult]] = []
+    real = sizing.checked_plan
+
+    def spy(*args: Any) -> tuple[Plan, RunResult]:
+        checked.append(real(*args))
+        return checked[-1]
+
+    monkeypatch.setattr(sizing, "checked_plan", spy)
+    _, sized = sized_builtin(ReplicaModel(), trace, 2.0, 0.99)
+    [(planned, ran)] = checked
+    assert ran.policy == "predictive" and ran.arrived_by_minute is not None
+    assert ran.arrived_by_minute.sum() == len(trace.arrival_s) and len(ran.arrived_by_minute) == 90
+    assert planned.utilization < 1 and sized["builtin_utilization_start"] == round(planned.utilization, 4)
+    assert sized["builtin_floor_replicas"] == planned.floor
