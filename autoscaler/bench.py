@@ -196,11 +196,12 @@ def _slo_written(document: dict[str, Any], start: float) -> dict[str, Any]:
     for a file given only an slo (``builtin.with_error_budget``, the built-in replica at 2 s and 99 %), from
     ``start``, ``_sized_start``'s utilization."""
     from simulations.builtin import with_error_budget
+    from simulations.follower_plan import Plan
     from simulations.replica_model import ReplicaModel
 
-    model = ReplicaModel()
+    model, planned = ReplicaModel(), Plan(start, 0)
     workloads = [
-        with_error_budget({"workloads": [{**w, "policy": {"type": "predictive"}}]}, model, 2.0, 0.99, start=start)[
+        with_error_budget({"workloads": [{**w, "policy": {"type": "predictive"}}]}, model, 2.0, 0.99, planned)[
             "workloads"
         ][0]
         for w in document["workloads"]

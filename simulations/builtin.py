@@ -126,14 +126,13 @@ def with_error_budget(
     model: ReplicaModel,
     slo_ttft: float,
     slo_target: float,
+    planned: Plan,
     trace: Trace | None = None,
-    start: float | None = None,
-    floor: int = 0,
 ) -> dict[str, Any]:
     """The built-in document (``builtin_document``) with the SLO it is sized for and predictive's block as the
     default runs it: the fleet a follower of its work (``utilization``: a replica's prefill and decode speeds, and
-    the utilization it starts from and the replicas it holds however light the work, ``start`` and ``floor`` or
-    ``follower_plan``'s), the
+    the utilization it starts from and the replicas it holds however light the work: ``planned``, as
+    ``follower_plan`` plans it), the
     utilization moved by the slo's error budget, whose misses are counted with ``model``'s idle prefill speed and
     request overhead and the spread of the trace's prompt lengths, or of the built-in lengths without a trace
     (``errorBudget``; docs/decisions/predictive-utilization.md). Only what that block uses is written: the
@@ -148,16 +147,13 @@ def with_error_budget(
         "requestOverheadSeconds": round(model.request_overhead_s, 3),
         "promptLengthSigma": round(spread, 2),
     }
-    if start is None:
-        planned = follower_plan(model, trace, slo_ttft, slo_target)
-        start, floor = planned.utilization, planned.floor
     utilization: dict[str, Any] = {
-        "start": round(start, 4),
+        "start": round(planned.utilization, 4),
         "prefillTokensPerSecond": round(model.prefill_tokens_per_s, 1),
         "decodeTokensPerSecond": round(held_decode_tokens_per_s(model, trace), 1),
     }
-    if floor:
-        utilization["floorReplicas"] = floor
+    if planned.floor:
+        utilization["floorReplicas"] = planned.floor
     slo = {"ttftSeconds": slo_ttft, "target": slo_target}
     sized = {**policy, "errorBudget": budget, "utilization": utilization}
     changed = {**workload, "slo": workload.get("slo", slo), "policy": sized}
@@ -221,8 +217,9 @@ def sized_builtin(
     )
 
     def check(planned: Plan, initial: int, most: int) -> RunResult:
-        sized = with_error_budget(raw, model, slo_ttft, slo_target, trace, planned.utilization, planned.floor)
-        document = parse_policy_document(sized, "<built-in>")
+        document = parse_policy_document(
+            with_error_budget(raw, model, slo_ttft, slo_target, planned, trace), "<built-in>"
+        )
         workload = document.workloads[0]
         if most > workload.max_replicas:
             document, workload = workload_variant(document, workload, {"maxReplicas": most})
@@ -231,8 +228,7 @@ def sized_builtin(
     planned = follower_plan(model, trace, slo_ttft, slo_target, hold_s, check)
     held = f", never under {planned.floor} replicas" if planned.floor else ""
     note(f"{planned.utilization:.2f} of their compute{held}", "\n")
-    sized = with_error_budget(raw, model, slo_ttft, slo_target, trace, planned.utilization, planned.floor)
-    document = parse_policy_document(sized, "<built-in>")
+    document = parse_policy_document(with_error_budget(raw, model, slo_ttft, slo_target, planned, trace), "<built-in>")
     sizing: dict[str, Any] = {
         "builtin_target_shares": {
             "prompt_tokens_per_second": round(shares.prompt_tokens, 4),

@@ -171,7 +171,8 @@ def held_decode_tokens_per_s(model: ReplicaModel, trace: Trace | None) -> float:
 
 
 PlanRun = Callable[[Plan, int, int], RunResult]
-"""Runs the policy a plan writes over the trace from some replicas, its bound at least some (by minute)."""
+"""Runs the policy a plan writes over the trace from ``initial`` replicas, its ``maxReplicas`` at least ``most``,
+with each minute's misses and arrivals: how ``checked_plan`` checks a plan."""
 
 
 def follower_plan(

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from simulations.builtin import builtin_policy
+from simulations.follower_plan import Plan
 from simulations.replica_model import ReplicaModel
 from simulations.traces import Trace
 
@@ -55,7 +56,7 @@ def test_the_builtin_default_counts_the_slos_error_budget_with_the_replicas_idle
     from simulations.builtin import builtin_document, with_error_budget
 
     model = ReplicaModel(prefill_tokens_per_s=2500)
-    raw = with_error_budget(builtin_document(model), model, 1.5, 0.995)
+    raw = with_error_budget(builtin_document(model), model, 1.5, 0.995, Plan(0.5, 0))
     workload = parse_policy_document(raw, "<built-in>").workloads[0]
     assert workload.slo is not None and (workload.slo.ttft_seconds, workload.slo.target) == (1.5, 0.995)
     # 2,048 / (2,048/2,500 + 1/20 - 1/2,500): the prompt tokens a second an idle replica prefills in full engine
@@ -68,7 +69,7 @@ def test_the_builtin_default_counts_the_slos_error_budget_with_the_replicas_idle
     }
     assert "learnedHeadroom" not in workload.policy
     assert model.engine_prefill_s(np.array([2048.0])) == pytest.approx([2048 / 2357.3], abs=1e-4)
-    assert with_error_budget(raw, model, 1.5, 0.995) == raw
+    assert with_error_budget(raw, model, 1.5, 0.995, Plan(0.5, 0)) == raw
 
 
 def test_the_budget_is_told_the_spread_of_the_traces_prompt_lengths() -> None:
@@ -80,7 +81,7 @@ def test_the_budget_is_told_the_spread_of_the_traces_prompt_lengths() -> None:
 
     model = ReplicaModel()
     for trace, sigma in ((synthetic_day(0, 1.0, 0.25, 1), 0.5), (poisson_trace(1.0, 600, 500, 50), 0.0)):
-        raw = with_error_budget(builtin_document(model, trace), model, 2.0, 0.99, trace)
+        raw = with_error_budget(builtin_document(model, trace), model, 2.0, 0.99, Plan(0.5, 0), trace)
         budget = raw["workloads"][0]["policy"]["errorBudget"]
         assert budget["promptLengthSigma"] == pytest.approx(sigma, abs=0.02)
 
@@ -90,4 +91,4 @@ def test_a_policy_other_than_predictive_keeps_its_block() -> None:
 
     raw = builtin_document(ReplicaModel())
     raw["workloads"][0]["policy"] = {"type": "threshold"}
-    assert with_error_budget(raw, ReplicaModel(), 2.0, 0.99) == raw
+    assert with_error_budget(raw, ReplicaModel(), 2.0, 0.99, Plan(0.5, 0)) == raw

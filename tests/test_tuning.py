@@ -339,8 +339,9 @@ def _follower_document(model: ReplicaModel, start: float) -> Any:
     ``start`` (``builtin.with_error_budget``)."""
     from policies.policy_file import parse_policy_document
     from simulations.builtin import builtin_document, with_error_budget
+    from simulations.follower_plan import Plan
 
-    raw = with_error_budget(builtin_document(model), model, 2.0, 0.99, start=start)
+    raw = with_error_budget(builtin_document(model), model, 2.0, 0.99, Plan(start, 0))
     return parse_policy_document(raw, "<test>")
 
 
