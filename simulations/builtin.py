@@ -6,6 +6,7 @@ block, which follows the work at a utilization the load test starts and the erro
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -166,6 +167,15 @@ def builtin_policy(model: ReplicaModel | None = None, trace: Trace | None = None
     return parse_policy_document(builtin_document(model or ReplicaModel(), trace, **sizing), "<built-in>")
 
 
+RunsIn = Callable[[PolicyFile], PolicyFile]
+"""The file the built-in document's block runs in: the built-in itself (``as_is``), or a file given only an slo
+(``with_measured_capacity``)."""
+
+
+def as_is(document: PolicyFile) -> PolicyFile:
+    return document
+
+
 def sized_builtin(
     model: ReplicaModel,
     trace: Trace,
@@ -173,10 +183,12 @@ def sized_builtin(
     slo_target: float,
     note: Note = quiet,
     hold_s: float = DEFAULT_HOLD_S,
+    runs_in: RunsIn | None = as_is,
 ) -> tuple[PolicyFile, dict[str, Any]]:
     """The built-in policy document for the trace, and how it was sized (the report's ``sizing`` fields); it
     spends the SLO's error budget (``with_error_budget``), its follower planned for a scale-down window of
-    ``hold_s``. Over 60 lines: each load test is said to ``note`` before
+    ``hold_s`` and checked by runs of its block in the file ``runs_in`` makes of it (None: a file that runs a
+    policy of its own, and the follower is not run). Over 60 lines: each load test is said to ``note`` before
     and after it runs (they take seconds), between the steps."""
     shares = Shares()
     if load_test_needed(trace, slo_ttft, slo_target, model):
@@ -217,15 +229,16 @@ def sized_builtin(
     )
 
     def check(planned: Plan, initial: int, most: int) -> RunResult:
-        document = parse_policy_document(
-            with_error_budget(raw, model, slo_ttft, slo_target, planned, trace), "<built-in>"
+        assert runs_in is not None
+        document = runs_in(
+            parse_policy_document(with_error_budget(raw, model, slo_ttft, slo_target, planned, trace), "<built-in>")
         )
         workload = document.workloads[0]
         if most > workload.max_replicas:
             document, workload = workload_variant(document, workload, {"maxReplicas": most})
         return run(trace, model, policy_contender(document, workload, model), initial, slo_ttft, False, by_minute=True)
 
-    planned = follower_plan(model, trace, slo_ttft, slo_target, hold_s, check)
+    planned = follower_plan(model, trace, slo_ttft, slo_target, hold_s, None if runs_in is None else check)
     held = f", never under {planned.floor} replicas" if planned.floor else ""
     note(f"{planned.utilization:.2f} of their compute{held}", "\n")
     document = parse_policy_document(with_error_budget(raw, model, slo_ttft, slo_target, planned, trace), "<built-in>")
@@ -271,8 +284,16 @@ def with_measured_capacity(
     """A file whose first workload gives only an slo (``Workload.needs_capacity``), with the capacity the built-in
     workload's load test measures for the trace's requests, the replica and the SLO, and, where the file names
     no policy, the built-in's predictive block sized for it: "given only an SLO", the built-in default."""
-    hold = float(document.workloads[0].behavior.resolved().down_window)
-    builtin, sizing = sized_builtin(model, trace, slo_ttft, slo_target, note, hold)
+    workload = document.workloads[0]
+    hold = float(workload.behavior.resolved().down_window)
+    runs_in = None if "policy" in workload.model_fields_set else partial(_measured_in, document)
+    builtin, sizing = sized_builtin(model, trace, slo_ttft, slo_target, note, hold, runs_in)
+    return _measured_in(document, builtin), sizing
+
+
+def _measured_in(document: PolicyFile, builtin: PolicyFile) -> PolicyFile:
+    """``document``, whose first workload gives only an slo, with the capacity ``builtin``'s targets hold and, where
+    it names no policy, ``builtin``'s block: what ``with_measured_capacity`` runs, and the plan is checked in."""
     sized = builtin.workloads[0]
     targets = {m.name: m.target.value for m in sized.metrics}
     capacity = {
@@ -284,4 +305,4 @@ def with_measured_capacity(
     changes: dict[str, Any] = {"capacity": capacity}
     if "policy" not in workload.model_fields_set:
         changes["policy"] = dict(sized.policy)
-    return workload_variant(document, workload, changes)[0], sizing
+    return workload_variant(document, workload, changes)[0]

@@ -450,3 +450,34 @@ def test_the_builtin_follower_is_checked_by_a_run_of_its_policy_over_the_trace(m
     assert ran.arrived_by_minute.sum() == len(trace.arrival_s) and len(ran.arrived_by_minute) == 90
     assert planned.utilization < 1 and sized["builtin_utilization_start"] == round(planned.utilization, 4)
     assert sized["builtin_floor_replicas"] == planned.floor
+
+
+@pytest.mark.parametrize("own_policy", [False, True])
+def test_a_file_given_only_an_slo_has_the_plan_checked_in_its_own_workload(
+    monkeypatch: pytest.MonkeyPatch, own_policy: bool
+) -> None:
+    """The check runs the block in the file that will run it (its bounds and scale-down window, the capacity
+    measured), not in the built-in workload; a file that names its own policy runs none of the plan, so no check."""
+    import simulations.builtin as builtin
+    from policies.policy_file import Workload, parse_policy_document
+    from tests.helpers import workload_doc
+
+    trace = _minutes([int(450 - 350 * np.cos(2 * np.pi * m / 90)) for m in range(90)])
+    raw = workload_doc(slo={"ttftSeconds": 2, "target": 0.99}, minReplicas=3, maxReplicas=40)
+    del raw["workloads"][0]["metrics"]
+    if own_policy:
+        raw["workloads"][0]["policy"] = {"type": "threshold"}
+    checked: list[Workload] = []
+    real = builtin.policy_contender
+
+    def spy(document: Any, workload: Workload, model: ReplicaModel) -> Contender:
+        checked.append(workload)
+        return real(document, workload, model)
+
+    monkeypatch.setattr(builtin, "policy_contender", spy)
+    document, _ = builtin.with_measured_capacity(parse_policy_document(raw), ReplicaModel(), trace, 2.0, 0.99)
+    if own_policy:
+        assert not checked and document.workloads[0].policy["type"] == "threshold"
+        return
+    assert checked and all(w.target.name == "vllm" and w.min_replicas == 3 and w.capacity for w in checked)
+    assert checked[-1].policy == document.workloads[0].policy
