@@ -228,11 +228,12 @@ def sized_builtin(
         "",
     )
 
+    def written(planned: Plan) -> PolicyFile:
+        return parse_policy_document(with_error_budget(raw, model, slo_ttft, slo_target, planned, trace), "<built-in>")
+
     def check(planned: Plan, initial: int, most: int) -> RunResult:
         assert runs_in is not None
-        document = runs_in(
-            parse_policy_document(with_error_budget(raw, model, slo_ttft, slo_target, planned, trace), "<built-in>")
-        )
+        document = runs_in(written(planned))
         workload = document.workloads[0]
         if most > workload.max_replicas:
             document, workload = workload_variant(document, workload, {"maxReplicas": most})
@@ -241,7 +242,7 @@ def sized_builtin(
     planned = follower_plan(model, trace, slo_ttft, slo_target, hold_s, None if runs_in is None else check)
     held = f", never under {planned.floor} replicas" if planned.floor else ""
     note(f"{planned.utilization:.2f} of their compute{held}", "\n")
-    document = parse_policy_document(with_error_budget(raw, model, slo_ttft, slo_target, planned, trace), "<built-in>")
+    document = written(planned)
     sizing: dict[str, Any] = {
         "builtin_target_shares": {
             "prompt_tokens_per_second": round(shares.prompt_tokens, 4),
