@@ -159,7 +159,7 @@ class Workload(StrictModel):
         """Without ``metrics``, a ``capacity`` gives them, and ``predictive`` is the policy unless one is named;
         the metrics are left out again when the workload is written out, so that a file round-trips as given."""
         # The model is frozen: these are set once, here, as validation's last step.
-        if not self.metrics and "policy" not in self.model_fields_set:
+        if not self.metrics and not self.names_policy:
             self.__dict__["policy"] = {"type": "predictive"}  # the slo form's policy: it forecasts the flows
         if not self.metrics and self.capacity is not None:
             self.__dict__["metrics"] = capacity_metrics(self.capacity)
@@ -202,6 +202,11 @@ class Workload(StrictModel):
             if params.get("utilization") is not None:
                 extra += WORK_SIGNALS
         return tuple(name for name in dict.fromkeys(extra) if name not in names)
+
+    @property
+    def names_policy(self) -> bool:
+        """Whether the file names the workload's policy (not the slo form's ``predictive``, set by validation)."""
+        return "policy" in self.model_fields_set
 
     @property
     def needs_capacity(self) -> bool:

@@ -287,7 +287,7 @@ def with_measured_capacity(
     no policy, the built-in's predictive block sized for it: "given only an SLO", the built-in default."""
     workload = document.workloads[0]
     hold = float(workload.behavior.resolved().down_window)
-    runs_in = None if "policy" in workload.model_fields_set else partial(_measured_in, document)
+    runs_in = None if workload.names_policy else partial(_measured_in, document)
     builtin, sizing = sized_builtin(model, trace, slo_ttft, slo_target, note, hold, runs_in)
     return _measured_in(document, builtin), sizing
 
@@ -304,6 +304,6 @@ def _measured_in(document: PolicyFile, builtin: PolicyFile) -> PolicyFile:
     }
     workload = document.workloads[0]
     changes: dict[str, Any] = {"capacity": capacity}
-    if "policy" not in workload.model_fields_set:
+    if not workload.names_policy:
         changes["policy"] = dict(sized.policy)
     return workload_variant(document, workload, changes)[0]

@@ -250,10 +250,10 @@ def checked_plan(
     the budget where the replay read 85 %; planned again it holds 15 replicas under its follower and spends 81 %
     (docs/decisions/predictive-utilization.md)."""
 
+    held = held_work(work, cold_start_s, hold_s)
+
     def ran(planned: Plan) -> tuple[RunResult, np.ndarray]:
-        ordered, ready = fluid_fleet(
-            held_work(work, cold_start_s, hold_s), planned.utilization, planned.floor, cold_start_s
-        )
+        ordered, ready = fluid_fleet(held, planned.utilization, planned.floor, cold_start_s)
         return check(planned, int(ordered[0]), int(ordered.max())), ready
 
     first, ready = ran(found)

@@ -354,6 +354,7 @@ def test_the_start_is_load_tested_at_the_fleet_the_trace_needs(monkeypatch: pyte
 
 
 SURGE = [300] * 4 + [900] * 2 + [300] * 4  # 6.4 replicas of work, 19.2 for two minutes
+SWING = [int(450 - 350 * np.cos(2 * np.pi * m / 90)) for m in range(90)]  # 100 to 800 a minute over 90 minutes
 
 
 def test_the_smallest_fixed_fleet_that_meets_the_target_is_found_by_bisection(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -435,7 +436,7 @@ def test_a_plan_whose_policy_missed_more_than_the_replay_read_is_planned_cooler(
 def test_the_builtin_follower_is_checked_by_a_run_of_its_policy_over_the_trace(monkeypatch: pytest.MonkeyPatch) -> None:
     """Work that swings over 90 minutes (100 to 800 requests a minute) is followed, not held by a fixed fleet:
     the plan is run as the built-in predictive over the whole trace, and the plan written is the one checked."""
-    trace = _minutes([int(450 - 350 * np.cos(2 * np.pi * m / 90)) for m in range(90)])
+    trace = _minutes(SWING)
     checked: list[tuple[Plan, RunResult]] = []
     real = sizing.checked_plan
 
@@ -462,7 +463,7 @@ def test_a_file_given_only_an_slo_has_the_plan_checked_in_its_own_workload(
     from policies.policy_file import Workload, parse_policy_document
     from tests.helpers import workload_doc
 
-    trace = _minutes([int(450 - 350 * np.cos(2 * np.pi * m / 90)) for m in range(90)])
+    trace = _minutes(SWING)
     raw = workload_doc(slo={"ttftSeconds": 2, "target": 0.99}, minReplicas=3, maxReplicas=40)
     del raw["workloads"][0]["metrics"]
     if own_policy:
