@@ -194,10 +194,12 @@ def follower_plan(
     misses at each load, and the same fleet fixed over the trace how many times as many its arrivals miss
     (``burstiness``). Without a trace, or where no plan meets the aim, the follower starts at the steady test's
     share with no floor. Where a fixed fleet might hold fewer replica-minutes than the plan (``fixed_candidates``),
-    the fewest replicas that, fixed over the trace, spend no more than the budget's aim is the plan: that floor at
-    a utilization of 1 (``smallest_fixed_fleet``). Where none is, and ``check`` runs the policy a plan writes, the
-    follower's plan is run over the trace and planned again by what it missed (``checked_plan``), and the fixed
-    fleets tried against that. ``hold_s`` is the scale-down window the follower holds its most work over."""
+    the fewest replicas that, fixed over the trace, meet the SLO's target is the plan: that floor at a utilization of
+    1 (``smallest_fixed_fleet``). The whole budget, not the aim: the run is the simulator's own over the trace, the
+    test that finds static-best, where the aim's margin is for the replay's reading of misses off a steady test.
+    Where none is, and ``check`` runs the policy a plan writes, the follower's plan is run over the trace and planned
+    again by what it missed (``checked_plan``), and the fixed fleets tried against that. ``hold_s`` is the
+    scale-down window the follower holds its most work over."""
     decode = held_decode_tokens_per_s(model, trace)
     work = None if trace is None else minute_work(trace, model.prefill_tokens_per_s, decode)
     fleet, tested = LOAD_TEST_REPLICAS, set()
@@ -220,16 +222,15 @@ def follower_plan(
     assert fixed.missed_by_minute is not None and fixed.arrived_by_minute is not None  # binned as ``minute_work``
     bursts = burstiness(curve, work / test.fleet, fixed.missed_by_minute, fixed.arrived_by_minute)
     found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target) or start
-    aim = 1 - AIM * (1 - slo_target)
-    known = {test.fleet: fixed.meets(aim)}
+    known = {test.fleet: fixed.meets(slo_target)}
     fleet_found = smallest_fixed_fleet(
-        trace, model, fixed_candidates(work, found, model.cold_start_s, hold_s), slo_ttft, aim, known
+        trace, model, fixed_candidates(work, found, model.cold_start_s, hold_s), slo_ttft, slo_target, known
     )
     if fleet_found is None and check is not None:
         found, ran = checked_plan(work, curve.heavier(bursts), found, model.cold_start_s, hold_s, slo_target, check)
         held = ran.gpu_hours * 3600 / (trace.duration_s * model.gpus_per_replica)
         candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, held)
-        fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, aim, known)
+        fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, slo_target, known)
     return found if fleet_found is None else Plan(1.0, fleet_found)
 
 
