@@ -292,9 +292,11 @@ def verdict(data: dict[str, Any]) -> str:
                 "workload's minReplicas): the load never needs more than the floor, so no policy can cost less "
                 "unless minReplicas is lowered (--config)"
             )
-        line = f"verdict: cheapest at the SLO is static-best, {least:.2f} GPU-h ({fixed} fixed replicas): "
+        line = f"verdict: cheapest at the SLO is static-best, {least:.2f} GPU-h ({fixed} fixed replicas)"
         tuned = any(r.get("tuned") for r in runs)
         policies = [r for r in runs if r["policy"] not in BASELINES]
+        matched = [r["policy"] for r in cheapest if r in policies]  # a plan that holds the fixed fleet ties it
+        line += f", matched by {_series(matched)}: " if matched else ": "
         if policies and not any(_meets(r, target) for r in policies):
             # Costing more and missing call for different things: a miss where a fixed fleet meets is the
             # load outrunning what the signals show (docs/decisions/baselines.md), and the fleet that

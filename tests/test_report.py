@@ -68,6 +68,13 @@ def test_the_verdict_names_the_cheapest_run_at_the_slo() -> None:
         "(15 fixed replicas): no policy beat a fixed fleet here with the settings given; "
         "--tune finds each policy's cheapest setting for this traffic"
     )
+    # A policy whose plan holds the fixed fleet costs what it costs: the verdict says it matched.
+    matched = data(("threshold", 130.0, 0.995), ("predictive", 120.0, 0.993), ("static-best", 120.0, 0.993))
+    assert verdict(matched) == (
+        "verdict: cheapest at the SLO is static-best, 120.00 GPU-h (15 fixed replicas), matched by predictive: no "
+        "policy beat a fixed fleet here with the settings given; --tune finds each policy's cheapest setting for "
+        "this traffic"
+    )
     unbeaten["results"][0]["tuned"] = {"headroom": 0.08}
     assert verdict(unbeaten).endswith("(15 fixed replicas): no policy beat a fixed fleet here")
     # Missing is not costing more: the verdict says which, and what meets the SLO there.
