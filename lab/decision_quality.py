@@ -14,11 +14,11 @@ is the cheapest
 fixed fleet that meets the SLO in hindsight, reactive a follower told the load of the minute past exactly and
 clairvoyant one that knows the load to come, each at the cheapest utilization that meets the SLO in hindsight.
 
-A second table holds eight more cases (``MORE_CASES``): other windows and rate scales, SLOs of 1.5 s, 3 s for 99.5 %
-and 2 s for 95 %, cold starts of 120, 180 and 900 s, days replayed at 6, 12 and 24 times their speed, the hour at
-twice its speed, and the Mooncake trace. A third runs the recorded windows of both with the policy ``simulate``
-planned on the window beside them (``PLANNED_ON``), as a user deploys what a recording planned onto the traffic
-that follows it. About thirty minutes in all on two cores.
+A second table holds nine more cases (``MORE_CASES``): other windows and rate scales, SLOs of 1.5 s, 3 s for 99.5 %
+and 2 s for 95 %, cold starts of 120, 180, 240 and 900 s, days replayed at 6, 12 and 24 times their speed, the hour
+at twice its speed, two days on a small replica, and the Mooncake trace. A third runs the recorded windows of both
+with the policy ``simulate`` planned on the window beside them (``PLANNED_ON``), as a user deploys what a recording
+planned onto the traffic that follows it. About forty minutes in all on two cores.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ FAST_LONG_START = [
     "900",
 ]
 SLO_3S = ["--slo-ttft", "3", "--slo-target", "0.995"]
+SMALL_SLOW_START = ["--replica", "prefill_tokens_per_s=2000", "--cold-start", "240"]
 MOONCAKE = ["--trace", str(TRACES / "mooncake_synthetic.jsonl")]
 MORE_CASES: tuple[tuple[str, list[str], int], ...] = (
     (
@@ -126,10 +127,17 @@ MORE_CASES: tuple[tuple[str, list[str], int], ...] = (
         [*RATES, "--window", "0d:1d", "--rate-scale", "0.0006", "--time-scale", "6", *LENGTHS],
         64,
     ),
+    (
+        "two recorded days of rates, days 8 to 10, a small replica (16-sequence batch, 2,000 prompt tokens/s) and a "
+        "240 s cold start",
+        [*RATES, "--window", "8d:10d", "--rate-scale", "0.002", *LENGTHS, *SMALL_SLOW_START],
+        16,
+    ),
 )
 # The window each recorded case's policy is planned on in the third table: the one before it, or after the first.
 PLANNED_ON = {":2d": "2d:4d", "7d:10d": "4d:7d", "3d:5d": "1d:3d", "11d:13d": "9d:11d", "1d:2d": "0d:1d"}
 PLANNED_ON |= {"5d:7d": "3d:5d", "9d:10d": "8d:9d", "12d:14d": "10d:12d", "2d:3d": "1d:2d", "0d:1d": "1d:2d"}
+PLANNED_ON |= {"8d:10d": "6d:8d"}
 # The generator's built-in day of surges: a stress test, reported, deciding nothing (docs/decisions/builtin-sizing.md).
 STRESS: tuple[tuple[str, list[str], int], ...] = (
     ("the built-in synthetic day of surges (stress: decides nothing)", [], 256),

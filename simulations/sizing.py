@@ -34,6 +34,7 @@ from simulations.follower_plan import (
     held_work,
     plan,
 )
+from simulations.oracle import oracle_bound
 from simulations.replica_model import ReplicaModel
 from simulations.runner import Contender, RunResult, allowed_misses, run
 from simulations.traces import PrefixBlocks, Trace, sample_lengths
@@ -195,10 +196,12 @@ def follower_plan(
     (``burstiness``). Without a trace, or where no plan meets the aim, the follower starts at the steady test's
     share with no floor. Where a fixed fleet might hold fewer replica-minutes than the plan (``fixed_candidates``),
     the fewest replicas that, fixed over the trace, meet the SLO's target is the plan: that floor at a utilization of
-    1 (``smallest_fixed_fleet``). The whole budget, not the aim: the run is the simulator's own over the trace, the
-    test that finds static-best, where the aim's margin is for the replay's reading of misses off a steady test.
+    1 (``smallest_fixed_fleet``), from the fleet the oracle's busiest window needs, where static-best's search
+    starts. The whole budget, not the aim: the run is the simulator's own over the trace, the test that finds
+    static-best, where the aim's margin is for the replay's reading of misses off a steady test.
     Where none is, and ``check`` runs the policy a plan writes, the follower's plan is run over the trace and planned
-    again by what it missed (``checked_plan``), and the fixed fleets tried against that. ``hold_s`` is the
+    again by what it missed (``checked_plan``), and the fixed fleets tried against that: up to what its run held on
+    average, or where that run missed the target, which bounds nothing, up to the most it held. ``hold_s`` is the
     scale-down window the follower holds its most work over."""
     decode = held_decode_tokens_per_s(model, trace)
     work = None if trace is None else minute_work(trace, model.prefill_tokens_per_s, decode)
@@ -223,13 +226,15 @@ def follower_plan(
     bursts = burstiness(curve, work / test.fleet, fixed.missed_by_minute, fixed.arrived_by_minute)
     found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target) or start
     known = {test.fleet: fixed.meets(slo_target)}
-    fleet_found = smallest_fixed_fleet(
-        trace, model, fixed_candidates(work, found, model.cold_start_s, hold_s), slo_ttft, slo_target, known
-    )
+    busiest = oracle_bound(trace, model, 0, slo_ttft, slo_target).busiest
+    candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, 0.0, busiest)
+    fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, slo_target, known)
     if fleet_found is None and check is not None:
         found, ran = checked_plan(work, curve.heavier(bursts), found, model.cold_start_s, hold_s, slo_target, check)
         held = ran.gpu_hours * 3600 / (trace.duration_s * model.gpus_per_replica)
-        candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, held)
+        if not ran.meets(slo_target):
+            held = float(ran.max_replicas)
+        candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, held, busiest)
         fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, slo_target, known)
     return found if fleet_found is None else Plan(1.0, fleet_found)
 

@@ -89,5 +89,7 @@ def test_fixed_fleets_are_tried_only_where_one_might_hold_fewer_replica_minutes(
     assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0) == range(8, 14)
     # a run of its policy that held 16.2 on average says fleets of 14 to 16 might too
     assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0, held=16.2) == range(8, 17)
+    # the fleet the busiest window needs where the budget's misses are spent on it (the oracle's) is the least
+    assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0, busiest=5.2) == range(6, 14)
     day = 11 + 9 * np.sin(np.linspace(0, 2 * np.pi, 1440))
     assert not fixed_candidates(day, Plan(0.8, 0), 300.0, 300.0)

@@ -436,6 +436,35 @@ def test_a_plan_whose_policy_missed_more_than_the_replay_read_is_planned_cooler(
     assert runs == [found, again] and ran.missed_by_minute is not None and not ran.missed_by_minute.any()
 
 
+def test_a_follower_whose_run_missed_the_target_gives_way_to_the_fewest_fixed_replicas_that_meet_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run of the plan's policy that missed the SLO bounds nothing: the fixed fleets are tried up to the most it
+    held, from the fleet the oracle's busiest window needs (the least a fixed fleet that meets the target can be,
+    which is where static-best's search starts), and the fewest that meets the target is the plan."""
+    from simulations.oracle import oracle_bound
+
+    trace, model = _minutes(SWING), ReplicaModel()
+    tried: list[range] = []
+    real = sizing.smallest_fixed_fleet
+
+    def spy(trace: Trace, model: ReplicaModel, candidates: range, *args: Any) -> int | None:
+        tried.append(candidates)
+        return real(trace, model, candidates, *args)
+
+    monkeypatch.setattr(sizing, "smallest_fixed_fleet", spy)
+
+    def missed(planned: Plan, initial: int, most: int) -> RunResult:
+        result = _ran(20.0, 90)  # 2 % of its requests, where 1 % are allowed
+        result.max_replicas = 40
+        return result
+
+    found = sizing.follower_plan(model, trace, 2.0, 0.99, check=missed)
+    busiest = oracle_bound(trace, model, 0, 2.0, 0.99).busiest
+    assert tried[-1] == range(math.ceil(busiest - 1e-9), 40)
+    assert found == Plan(1.0, real(trace, model, range(1, 64), 2.0, 0.99))
+
+
 def test_the_builtin_follower_is_checked_by_a_run_of_its_policy_over_the_trace(monkeypatch: pytest.MonkeyPatch) -> None:
     """Work that swings over 90 minutes (100 to 800 requests a minute) is followed, not held by a fixed fleet:
     the plan is run as the built-in predictive over the whole trace, and the plan written is the one checked."""
