@@ -227,14 +227,14 @@ def follower_plan(
     found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target) or start
     known = {test.fleet: fixed.meets(slo_target)}
     busiest = oracle_bound(trace, model, 0, slo_ttft, slo_target).busiest
-    candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, 0.0, busiest)
+    candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, busiest)
     fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, slo_target, known)
     if fleet_found is None and check is not None:
         found, ran = checked_plan(work, curve.heavier(bursts), found, model.cold_start_s, hold_s, slo_target, check)
         held = ran.gpu_hours * 3600 / (trace.duration_s * model.gpus_per_replica)
         if not ran.meets(slo_target):
             held = float(ran.max_replicas)
-        candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, held, busiest)
+        candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, busiest, held)
         fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, slo_target, known)
     return found if fleet_found is None else Plan(1.0, fleet_found)
 
