@@ -231,9 +231,8 @@ def follower_plan(
     fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, slo_target, known)
     if fleet_found is None and check is not None:
         found, ran = checked_plan(work, curve.heavier(bursts), found, model.cold_start_s, hold_s, slo_target, check)
-        held = ran.gpu_hours * 3600 / (trace.duration_s * model.gpus_per_replica)
-        if not ran.meets(slo_target):
-            held = float(ran.max_replicas)
+        mean = ran.gpu_hours * 3600 / (trace.duration_s * model.gpus_per_replica)
+        held = mean if ran.meets(slo_target) else float(ran.max_replicas)  # a run that missed bounds nothing
         candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, busiest, held)
         fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, slo_target, known)
     return found if fleet_found is None else Plan(1.0, fleet_found)
