@@ -18,7 +18,8 @@ A second table holds nine more cases (``MORE_CASES``): other windows and rate sc
 and 2 s for 95 %, cold starts of 120, 180, 240 and 900 s, days replayed at 6, 12 and 24 times their speed, the hour
 at twice its speed, two days on a small replica, and the Mooncake trace. A third runs the recorded windows of both
 with the policy ``simulate`` planned on the window beside them (``PLANNED_ON``), as a user deploys what a recording
-planned onto the traffic that follows it. About forty minutes in all on two cores.
+planned onto the traffic that follows it, beside the other plan a recording allows: the fewest fixed replicas that
+met the SLO over that window, run on the traffic after it. About fifty minutes in all on two cores.
 """
 
 from __future__ import annotations
@@ -154,13 +155,15 @@ def simulate(args: list[str], batch: int) -> dict[str, object]:
     return report
 
 
-def planned_elsewhere(case: list[str], batch: int) -> dict[str, object]:
+def planned_elsewhere(case: list[str], batch: int) -> tuple[dict[str, object], tuple[int, dict[str, Any]]]:
     """``simulate``'s report of the case run with the policy it plans on the window ``PLANNED_ON`` names for it
-    (what ``--write-config`` writes from that window, run with ``--config``)."""
+    (what ``--write-config`` writes from that window, run with ``--config``), and beside it the other plan a
+    recording allows: the fewest fixed replicas that meet the SLO over that window, run here (``recorded_fleet``)."""
     from autoscaler.cli import build_parser
     from autoscaler.cli.simulate import simulation_request
     from simulations.request import resolve
     from simulations.request import simulate as simulated
+    from simulations.sizing import fixed_run
 
     def request(args: list[str]) -> Any:
         parsed = build_parser().parse_args(["simulate", *args, "--replica", f"max_num_seqs={batch}", "-q"])
@@ -168,9 +171,32 @@ def planned_elsewhere(case: list[str], batch: int) -> dict[str, object]:
 
     window = case.index("--window") + 1
     elsewhere = request([*case[:window], PLANNED_ON[case[window]], *case[window + 1 :]])
-    _, _, document, _ = resolve(elsewhere, *elsewhere.slo())
-    here = request(case)
-    return simulated(replace(here, document=document, slo_ttft=here.slo()[0], slo_target=here.slo()[1])).report
+    ttft, target = elsewhere.slo()
+    recorded_model, recorded_trace, document, _ = resolve(elsewhere, ttft, target)
+    fleet = recorded_fleet(recorded_trace, recorded_model, ttft, target)
+    here = replace(request(case), document=document, slo_ttft=ttft, slo_target=target)
+    model, trace, _, _ = resolve(here, ttft, target)
+    fixed = fixed_run(trace, model, fleet, ttft)
+    fixed_cells = {"gpu_hours": fixed.gpu_hours, "slo_attainment": fixed.slo_attainment, "max_replicas": fleet}
+    return simulated(here).report, (fleet, fixed_cells)
+
+
+def recorded_fleet(trace: Any, model: Any, ttft: float, target: float) -> int:
+    """The fewest fixed replicas that meet the SLO over ``trace``, as static-best is found: from the oracle's busiest
+    window up, a quarter more each try until one meets it, then a bisection below that."""
+    import math
+
+    from simulations.oracle import oracle_bound
+    from simulations.sizing import smallest_fixed_fleet
+
+    least = max(1, math.ceil(oracle_bound(trace, model, 0, ttft, target).busiest - 1e-9))
+    known: dict[int, bool] = {}
+    most = least
+    while smallest_fixed_fleet(trace, model, range(most, most + 1), ttft, target, known) is None:
+        most = math.ceil(most * 1.25)
+    found = smallest_fixed_fleet(trace, model, range(least, most + 1), ttft, target, known)
+    assert found is not None
+    return found
 
 
 def target_of(case: list[str]) -> float:
@@ -178,31 +204,58 @@ def target_of(case: list[str]) -> float:
     return float(case[case.index("--slo-target") + 1]) if "--slo-target" in case else 0.99
 
 
-def table(
-    cases: tuple[tuple[str, list[str], int], ...], elsewhere: bool = False
-) -> tuple[list[str], list[tuple[float, bool]]]:
-    """A row a case, and each case's predictive over static-best with whether predictive missed its target; with
-    ``elsewhere``, predictive as planned on another window (``planned_elsewhere``)."""
+def cell(run: dict[str, Any]) -> str:
+    return f"{run['gpu_hours']:,.1f} @ {run['slo_attainment']:.4f}, up to {run['max_replicas']}"
+
+
+def table(cases: tuple[tuple[str, list[str], int], ...]) -> tuple[list[str], list[tuple[float, bool]]]:
+    """A row a case, and each case's predictive over static-best with whether predictive missed its target."""
     rows, ratios = [], []
     for title, case, batch in cases:
-        report = planned_elsewhere(case, batch) if elsewhere else simulate(case, batch)
-        results = report["results"]
-        assert isinstance(results, list)
-        runs = {r["policy"]: r for r in results}
-        cells = []
-        for name in SHOWN:
-            r = runs[name]
-            cells.append(f"{r['gpu_hours']:,.1f} @ {r['slo_attainment']:.4f}, up to {r['max_replicas']}")
+        report = simulate(case, batch)
+        runs = {r["policy"]: r for r in report["results"]}  # type: ignore[attr-defined]
         ratio = runs["predictive"]["gpu_hours"] / runs["static-best"]["gpu_hours"]
         met = "" if runs["predictive"]["slo_attainment"] >= target_of(case) else " (misses)"
         ratios.append((ratio, bool(met)))
-        rows.append(f"| {title}, {report['requests']:,} requests | {' | '.join(cells)} | {ratio:.2f}{met} |")
+        cells = " | ".join(cell(runs[name]) for name in SHOWN)
+        rows.append(f"| {title}, {report['requests']:,} requests | {cells} | {ratio:.2f}{met} |")
         print(rows[-1], file=sys.stderr)
     return rows, ratios
 
 
+def moved_table(
+    cases: tuple[tuple[str, list[str], int], ...],
+) -> tuple[list[str], list[tuple[float, bool]], list[tuple[float, bool]]]:
+    """A row a recorded case, planned on the window beside it (``planned_elsewhere``): predictive and the recording's
+    fixed fleet, each over static-best with whether it missed the case's target."""
+    rows: list[str] = []
+    ratios: list[tuple[float, bool]] = []
+    fixed_ratios: list[tuple[float, bool]] = []
+    for title, case, batch in cases:
+        report, (fleet, fixed) = planned_elsewhere(case, batch)
+        runs = {r["policy"]: r for r in report["results"]}  # type: ignore[attr-defined]
+        best = runs["static-best"]["gpu_hours"]
+        marks = []
+        for run, into in ((runs["predictive"], ratios), (fixed, fixed_ratios)):
+            missed = run["slo_attainment"] < target_of(case)
+            into.append((run["gpu_hours"] / best, missed))
+            marks.append(f"{run['gpu_hours'] / best:.2f}{' (misses)' if missed else ''}")
+        planned_on = PLANNED_ON[case[case.index("--window") + 1]]
+        fixed_cell = f"{fleet} replicas, {cell(fixed).rsplit(', up to', 1)[0]}"
+        rows.append(
+            f"| {title}, planned on {planned_on}, {report['requests']:,} requests | {cell(runs['predictive'])} | "
+            f"{fixed_cell} | {cell(runs['static-best'])} | {' | '.join(marks)} |"
+        )
+        print(rows[-1], file=sys.stderr)
+    return rows, ratios, fixed_ratios
+
+
 HEADER = """| traffic | predictive | keda-sum | static-best | reactive | clairvoyant | predictive / static-best |
 |---|---|---|---|---|---|---|"""
+MOVED_HEADER = (
+    "| traffic | predictive | the recording's fixed fleet | static-best | predictive / static-best "
+    "| fixed / static-best |\n|---|---|---|---|---|---|"
+)
 
 
 def main() -> None:
@@ -213,9 +266,7 @@ def main() -> None:
     stress, _ = table(STRESS)
     more, more_ratios = table(MORE_CASES)
     windowed = tuple(c for c in (*CASES, *FAST, *MORE_CASES) if "--window" in c[1])
-    moved, moved_ratios = table(
-        tuple((f"{t}, planned on {PLANNED_ON[c[c.index('--window') + 1]]}", c, b) for t, c, b in windowed), True
-    )
+    moved, moved_ratios, fixed_ratios = moved_table(windowed)
     text = f"""# The default predictive on recorded traffic, on the simulated replica ({args.date})
 
 Written by `python lab/decision_quality.py`: `vllm-autoscaler simulate --policy predictive`, untuned, the
@@ -247,13 +298,16 @@ Worst case over these {len(more_ratios)}: {max(r for r, _ in more_ratios):.2f} t
 ## Planned on another window
 
 The recorded windows of both tables, predictive run as `simulate` planned it on the window the row names (the one
-before, or after the first): what `--write-config` writes from a recording, deployed on the traffic after it.
+before, or after the first): what `--write-config` writes from a recording, deployed on the traffic after it. Beside
+it, the other plan a recording allows: the fewest fixed replicas that met the SLO over the same window (its
+static-best), run on the traffic after it. The keda-sum, reactive and clairvoyant runs are the rows above.
 
-{HEADER}
+{MOVED_HEADER}
 {chr(10).join(moved)}
 
 Worst case over these {len(moved_ratios)}: {max(r for r, _ in moved_ratios):.2f} times static-best; the SLO missed in
-{sum(m for _, m in moved_ratios)} of them.
+{sum(m for _, m in moved_ratios)} of them. The recording's fixed fleet: {max(r for r, _ in fixed_ratios):.2f} at worst;
+the SLO missed in {sum(m for _, m in fixed_ratios)}.
 """
     out = ROOT / "docs" / "results" / f"{args.date}-decision-quality.md"
     out.write_text(text)
