@@ -155,6 +155,8 @@ def with_error_budget(
     }
     if planned.floor:
         utilization["floorReplicas"] = planned.floor
+    if trace is not None:
+        utilization["plannedRequests"] = trace.requests
     slo = {"ttftSeconds": slo_ttft, "target": slo_target}
     sized = {**policy, "errorBudget": budget, "utilization": utilization}
     changed = {**workload, "slo": workload.get("slo", slo), "policy": sized}

@@ -99,6 +99,7 @@ def test_the_report_gives_the_settings_each_policy_ran_with(tmp_path: Path) -> N
             "prefillTokensPerSecond": 1000.0,
             "decodeTokensPerSecond": 309.3,
             "floorReplicas": floor,
+            "plannedRequests": data["requests"],  # the day's, which the start weighs against warming
         },
         "horizonSeconds": 615.0,
         "trend": {"windowSeconds": 1230.0, "maxGrowth": 0.5},

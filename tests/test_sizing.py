@@ -253,9 +253,10 @@ def test_the_default_block_holds_only_what_following_the_work_uses(tmp_path: Pat
     assert not {"headroom", "pooling", "blendedHeadroom"} & set(settings)
     assert set(settings["errorBudget"]) == {"prefillTokensPerSecond", "requestOverheadSeconds", "promptLengthSigma"}
     assert "learnedHeadroom" not in settings
-    # the floor only where the plan holds one
+    # the floor only where the plan holds one; the requests it was planned on, the trace's
     written = set(settings["utilization"]) - {"floorReplicas"}
-    assert written == {"start", "prefillTokensPerSecond", "decodeTokensPerSecond"}
+    assert written == {"start", "prefillTokensPerSecond", "decodeTokensPerSecond", "plannedRequests"}
+    assert settings["utilization"]["plannedRequests"] == data["requests"]
     assert settings["utilization"].get("floorReplicas", 0) == data["model"]["builtin_floor_replicas"]
 
 

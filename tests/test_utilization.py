@@ -212,6 +212,30 @@ def test_no_hotter_than_the_budget_earned() -> None:
     assert burnt.observe(0.0, 10_000.0, 1_000.0) < 0.5
 
 
+def test_a_start_planned_on_a_recording_warms_only_as_the_count_outweighs_it_and_cools_at_once() -> None:
+    """A calm day of 345,600 first tokens (60 a tick) warms a start planned on nothing well above it, and one planned on
+    a recording of twice that many requests only part of the way; a day that misses twice the budget cools both
+    alike, the recording's weight against warming only (the module's docstring)."""
+    calm = {}
+    for weight in (0.0, 691_200.0):
+        learner = UtilizationLearner(start=0.5, allowed=0.01, weight=weight)
+        _world(learner, 0.0, hours=24)
+        calm[weight] = learner.utilization
+    assert 0.5 < calm[691_200.0] < 0.6 < calm[0.0]
+    burning = {}
+    for weight in (0.0, 691_200.0):
+        learner = UtilizationLearner(start=0.5, allowed=0.01, weight=weight)
+        for tick in range(240):
+            learner.observe(tick * 15.0, 60.0, 0.02 * 60.0)
+        burning[weight] = learner.utilization
+    assert burning[691_200.0] == burning[0.0] < 0.5
+
+
+def test_a_reload_that_changes_the_recording_s_weight_starts_a_new_learner() -> None:
+    learner = UtilizationLearner(start=0.5, allowed=0.01, weight=1_000.0)
+    assert learner.fits(0.5, 0.01, 1_000.0) and not learner.fits(0.5, 0.01, 2_000.0) and not learner.fits(0.5, 0.01)
+
+
 def test_a_day_counted_apart_is_taken_in_as_if_counted_in_order() -> None:
     """A starting daemon's day caught up apart from its last minutes (``autoscaler.warm_up``): the minutes' learner
     takes the day's hours in, an hour both counted summed, and works out the utilization the day calls for."""

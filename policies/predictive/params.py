@@ -133,6 +133,14 @@ class UtilizationParams(StrictModel):
         description="replicas held however light the work: where the traffic swings within a cold start, a fixed "
         "fleet is cheaper than following it (simulate plans it from the trace; 0: none)",
     )
+    planned_requests: int = Field(
+        default=0,
+        alias="plannedRequests",
+        ge=0,
+        description="the requests of the recording the start was planned on: the follower runs hotter than its "
+        "start only as far as the budget's count outweighs them, and cooler at once (simulate writes it; 0: as the "
+        "count says)",
+    )
 
 
 MOVED_KEYS = {

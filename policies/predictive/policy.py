@@ -252,8 +252,9 @@ class PredictivePolicy(PolicyBase):
         given, slo = self.params.utilization, self.ctx.slo
         assert given is not None and slo is not None
         learner = self.state.utilization
-        if learner is None or not learner.fits(given.start, 1 - slo.target):
-            self.state.utilization = learner = UtilizationLearner(given.start, 1 - slo.target)
+        weight = float(given.planned_requests)
+        if learner is None or not learner.fits(given.start, 1 - slo.target, weight):
+            self.state.utilization = learner = UtilizationLearner(given.start, 1 - slo.target, weight)
         return learner
 
     def _follow(self, observation: Observation) -> Proposal:
