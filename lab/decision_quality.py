@@ -174,11 +174,9 @@ def planned_elsewhere(case: list[str], batch: int) -> tuple[dict[str, object], t
     ttft, target = elsewhere.slo()
     recorded_model, recorded_trace, document, _ = resolve(elsewhere, ttft, target)
     fleet = recorded_fleet(recorded_trace, recorded_model, ttft, target)
-    here = replace(request(case), document=document, slo_ttft=ttft, slo_target=target)
-    model, trace, _, _ = resolve(here, ttft, target)
-    fixed = fixed_run(trace, model, fleet, ttft)
-    fixed_cells = {"gpu_hours": fixed.gpu_hours, "slo_attainment": fixed.slo_attainment, "max_replicas": fleet}
-    return simulated(here).report, (fleet, fixed_cells)
+    done = simulated(replace(request(case), document=document, slo_ttft=ttft, slo_target=target))
+    fixed = fixed_run(done.comparison.trace, done.comparison.model, fleet, ttft)  # the window simulate read
+    return done.report, (fleet, {"gpu_hours": fixed.gpu_hours, "slo_attainment": fixed.slo_attainment})
 
 
 def recorded_fleet(trace: Any, model: Any, ttft: float, target: float) -> int:
@@ -204,8 +202,12 @@ def target_of(case: list[str]) -> float:
     return float(case[case.index("--slo-target") + 1]) if "--slo-target" in case else 0.99
 
 
+def figures(run: dict[str, Any]) -> str:
+    return f"{run['gpu_hours']:,.1f} @ {run['slo_attainment']:.4f}"
+
+
 def cell(run: dict[str, Any]) -> str:
-    return f"{run['gpu_hours']:,.1f} @ {run['slo_attainment']:.4f}, up to {run['max_replicas']}"
+    return f"{figures(run)}, up to {run['max_replicas']}"
 
 
 def table(cases: tuple[tuple[str, list[str], int], ...]) -> tuple[list[str], list[tuple[float, bool]]]:
@@ -241,10 +243,9 @@ def moved_table(
             into.append((run["gpu_hours"] / best, missed))
             marks.append(f"{run['gpu_hours'] / best:.2f}{' (misses)' if missed else ''}")
         planned_on = PLANNED_ON[case[case.index("--window") + 1]]
-        fixed_cell = f"{fleet} replicas, {cell(fixed).rsplit(', up to', 1)[0]}"
         rows.append(
             f"| {title}, planned on {planned_on}, {report['requests']:,} requests | {cell(runs['predictive'])} | "
-            f"{fixed_cell} | {cell(runs['static-best'])} | {' | '.join(marks)} |"
+            f"{fleet} replicas, {figures(fixed)} | {cell(runs['static-best'])} | {' | '.join(marks)} |"
         )
         print(rows[-1], file=sys.stderr)
     return rows, ratios, fixed_ratios

@@ -115,9 +115,9 @@ class UtilizationLearner:
         A day caught up so learns what a reading in order learns, within 1 % (tests/test_warm_up.py)."""
         if not older.fits(self.start, self.allowed, self.weight) or older.first is None:
             return
-        weight = older.utilization**ELASTICITY
+        ran_at = older.utilization**ELASTICITY
         for slot in range(SLOTS):
-            self.exposure[slot] = self.tokens[slot] * weight
+            self.exposure[slot] = self.tokens[slot] * ran_at
         for slot, hour in enumerate(older.hours):
             if hour == EMPTY or self.hours[slot] > hour:
                 continue
