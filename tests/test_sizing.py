@@ -466,6 +466,51 @@ def test_a_follower_whose_run_missed_the_target_gives_way_to_the_fewest_fixed_re
     assert found == Plan(1.0, real(trace, model, range(1, 64), 2.0, 0.99))
 
 
+def test_the_fewest_fixed_replicas_above_a_fleet_are_found_a_quarter_more_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the surge, from 12 up: 12, 15, 19 miss and 24 meets, then the bisection between 20 and 24 finds 20 (22,
+    21, 20). Up to 18 at most, none: 12, 15 and 18 are tried and nothing above."""
+    trace, model = _minutes(SURGE), ReplicaModel()
+    fleets: list[int] = []
+    real = sizing.fixed_run
+
+    def spy(trace: Trace, model: ReplicaModel, replicas: int, *args: Any, **kwargs: Any) -> RunResult:
+        fleets.append(replicas)
+        return real(trace, model, replicas, *args, **kwargs)
+
+    monkeypatch.setattr(sizing, "fixed_run", spy)
+    assert sizing.fewest_fixed_from(trace, model, 12, 2.0, 0.99) == 20
+    assert fleets == [12, 15, 19, 24, 22, 21, 20]
+    fleets.clear()
+    assert sizing.fewest_fixed_from(trace, model, 12, 2.0, 0.99, most=18) is None
+    assert fleets == [12, 15, 18]
+
+
+def test_a_plan_whose_run_missed_where_no_fleet_it_held_meets_gives_way_to_a_larger_fixed_fleet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The work that swings over 90 minutes needs 19 fixed replicas. A run of the plan's policy that missed the SLO
+    holding no more than 14 leaves the fleets it held (13) to try, and none meets: rather than write a plan known
+    to miss, the fleets above are tried (``fewest_fixed_from``, from 14), and 19 fixed is the plan. A run that met
+    holding as few is the plan as it was: nothing above is tried."""
+    trace, model = _minutes(SWING), ReplicaModel()
+
+    def checked(missed: float) -> Any:
+        def check(planned: Plan, initial: int, most: int) -> RunResult:
+            result = _ran(missed, 90)
+            result.max_replicas = 14
+            return result
+
+        return check
+
+    assert sizing.follower_plan(model, trace, 2.0, 0.99, check=checked(20.0)) == Plan(1.0, 19)
+    above: list[int] = []
+    monkeypatch.setattr(sizing, "fewest_fixed_from", lambda *args: above.append(1))
+    met = sizing.follower_plan(model, trace, 2.0, 0.99, check=checked(0.0))
+    assert met.utilization < 1.0 and not above
+
+
 def test_the_builtin_follower_is_checked_by_a_run_of_its_policy_over_the_trace(monkeypatch: pytest.MonkeyPatch) -> None:
     """Work that swings over 90 minutes (100 to 800 requests a minute) is followed, not held by a fixed fleet:
     the plan is run as the built-in predictive over the whole trace, and the plan written is the one checked."""
