@@ -14,9 +14,10 @@ is the cheapest
 fixed fleet that meets the SLO in hindsight, reactive a follower told the load of the minute past exactly and
 clairvoyant one that knows the load to come, each at the cheapest utilization that meets the SLO in hindsight.
 
-A second table holds nine more cases (``MORE_CASES``): other windows and rate scales, SLOs of 1.5 s, 3 s for 99.5 %
+A second table holds ten more cases (``MORE_CASES``): other windows and rate scales, SLOs of 1.5 s, 3 s for 99.5 %
 and 2 s for 95 %, cold starts of 120, 180, 240 and 900 s, days replayed at 6, 12 and 24 times their speed, the hour
-at twice its speed, two days on a small replica, and the Mooncake trace. A third runs the recorded windows of both
+at twice its speed, two days on a small replica, the Mooncake trace, and the hour re-timed into stretches at 2.5 and
+0.6 times its speed (written to a temporary file). A third runs the recorded windows of both
 with the policy ``simulate`` planned on the window beside them (``PLANNED_ON``), as a user deploys what a recording
 planned onto the traffic that follows it, beside the other plan a recording allows: the fewest fixed replicas that
 met the SLO over that window, run on the traffic after it. About fifty minutes in all on two cores.
@@ -29,6 +30,7 @@ import datetime
 import json
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -133,6 +135,18 @@ MORE_CASES: tuple[tuple[str, list[str], int], ...] = (
         "240 s cold start",
         [*RATES, "--window", "8d:10d", "--rate-scale", "0.002", *LENGTHS, *SMALL_SLOW_START],
         16,
+    ),
+)
+# The conversation hour made burstier: its requests as recorded, re-timed into six-minute stretches of its own time
+# played alternately at 2.5 and 0.6 times its speed (``write_stretched_hour``, into a temporary file at the run).
+STRETCHED = Path(tempfile.gettempdir()) / "vllm-autoscaler-lab" / "conversation-hour-in-stretches.csv"
+STRETCH_S, STRETCH_SPEEDS = 360.0, (2.5, 0.6)
+MORE_CASES += (
+    (
+        "the conversation hour in six-minute stretches at 2.5 and 0.6 times its speed, a 240 s cold start "
+        "(48-sequence batch)",
+        ["--trace", str(STRETCHED), "--cold-start", "240"],
+        48,
     ),
 )
 # The window each recorded case's policy is planned on in the third table: the one before it, or after the first.
@@ -255,10 +269,33 @@ MOVED_HEADER = (
 )
 
 
+def write_stretched_hour(source: Path, path: Path) -> None:
+    """``source``, a trace in the Azure format, re-timed into ``STRETCH_S`` stretches of its own time played
+    alternately at ``STRETCH_SPEEDS`` times its speed: its requests and their order as recorded, their load burstier."""
+    import csv
+
+    with source.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    stamp = "%Y-%m-%d %H:%M:%S.%f"
+    first = datetime.datetime.strptime(rows[0]["TIMESTAMP"][:26], stamp)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
+        for row in rows:
+            own = (datetime.datetime.strptime(row["TIMESTAMP"][:26], stamp) - first).total_seconds()
+            whole = int(own // STRETCH_S)
+            played = sum(STRETCH_S / STRETCH_SPEEDS[k % 2] for k in range(whole))
+            played += (own - whole * STRETCH_S) / STRETCH_SPEEDS[whole % 2]
+            at = first + datetime.timedelta(seconds=played)
+            out.writerow([at.strftime(stamp), row["ContextTokens"], row["GeneratedTokens"]])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--date", default=datetime.date.today().isoformat())
     args = parser.parse_args()
+    write_stretched_hour(TRACES / "azure_llm_2023_conv.csv", STRETCHED)
     rows, ratios = table((*CASES, *FAST))
     stress, _ = table(STRESS)
     more, more_ratios = table(MORE_CASES)
@@ -283,8 +320,8 @@ Worst case over the {len(ratios)} recorded ones: {max(r for r, _ in ratios):.2f}
 ## More cases
 
 Other windows, rate scales, SLOs and targets (each row's own, 2 s for 99 % unless it says), cold starts and speeds,
-and the Mooncake trace. Static-best is the bar; where even the followers tuned in hindsight cost more than it,
-nothing could be won by following.
+the Mooncake trace, and the conversation hour made burstier. Static-best is the bar; where even the followers tuned
+in hindsight cost more than it, nothing could be won by following.
 
 {HEADER}
 {chr(10).join(more)}
