@@ -237,7 +237,7 @@ def follower_plan(
         candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, busiest, held)
         fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, slo_target, known)
         if fleet_found is None and not ran.meets(slo_target):  # the plan missed, and no fleet it held meets
-            least = max(candidates.stop, math.ceil(busiest - 1e-9), 1)
+            least = max(candidates.start, candidates.stop)  # above what it held, from the busiest window's fleet
             fleet_found = fewest_fixed_from(trace, model, least, slo_ttft, slo_target, known, GROWN * least)
     return found if fleet_found is None else Plan(1.0, fleet_found)
 
