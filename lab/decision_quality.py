@@ -272,23 +272,17 @@ MOVED_HEADER = (
 def write_stretched_hour(source: Path, path: Path) -> None:
     """``source``, a trace in the Azure format, re-timed into ``STRETCH_S`` stretches of its own time played
     alternately at ``STRETCH_SPEEDS`` times its speed: its requests and their order as recorded, their load burstier."""
-    import csv
+    import numpy as np
 
-    with source.open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    stamp = "%Y-%m-%d %H:%M:%S.%f"
-    first = datetime.datetime.strptime(rows[0]["TIMESTAMP"][:26], stamp)
+    from simulations.traces import read_azure, write_azure
+
+    trace = read_azure(source)
+    fast, slow = STRETCH_SPEEDS
+    whole = np.floor(trace.arrival_s / STRETCH_S)  # the stretches before each request's: the even ones fast
+    played = np.ceil(whole / 2) * STRETCH_S / fast + np.floor(whole / 2) * STRETCH_S / slow
+    played += (trace.arrival_s - whole * STRETCH_S) / np.where(whole % 2 == 0, fast, slow)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
-        for row in rows:
-            own = (datetime.datetime.strptime(row["TIMESTAMP"][:26], stamp) - first).total_seconds()
-            whole = int(own // STRETCH_S)
-            played = sum(STRETCH_S / STRETCH_SPEEDS[k % 2] for k in range(whole))
-            played += (own - whole * STRETCH_S) / STRETCH_SPEEDS[whole % 2]
-            at = first + datetime.timedelta(seconds=played)
-            out.writerow([at.strftime(stamp), row["ContextTokens"], row["GeneratedTokens"]])
+    write_azure(replace(trace, arrival_s=played), path)
 
 
 def main() -> None:
