@@ -196,12 +196,10 @@ def planned_elsewhere(case: list[str], batch: int) -> tuple[dict[str, object], t
 def recorded_fleet(trace: Any, model: Any, ttft: float, target: float) -> int:
     """The fewest fixed replicas that meet the SLO over ``trace``, as static-best is found: from the oracle's busiest
     window up, a quarter more each try until one meets it, then a bisection below that (``fewest_fixed_from``)."""
-    import math
-
     from simulations.oracle import oracle_bound
     from simulations.sizing import fewest_fixed_from
 
-    least = max(1, math.ceil(oracle_bound(trace, model, 0, ttft, target).busiest - 1e-9))
+    least = max(1, oracle_bound(trace, model, 0, ttft, target).busiest_fleet)
     found = fewest_fixed_from(trace, model, least, ttft, target)
     assert found is not None
     return found

@@ -229,7 +229,7 @@ def compare(
     result.results.extend(ran[order.index(i)] for i in range(len(jobs)))
     result.results.append(base.static_run)
     result.oracle_gpu_hours = base.bound.gpu_hours
-    result.oracle_max_replicas = math.ceil(base.bound.busiest - 1e-9)
+    result.oracle_max_replicas = base.bound.busiest_fleet
     bar.close()
     result.elapsed_s = time.monotonic() - started
     return result

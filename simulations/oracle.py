@@ -24,6 +24,11 @@ class OracleBound:
         """The (fractional) fleet its busiest window needs: a fixed fleet must carry it too."""
         return float(self.replicas_per_window.max())
 
+    @property
+    def busiest_fleet(self) -> int:
+        """The whole replicas its busiest window needs (a float's last digit below a whole number is that number)."""
+        return math.ceil(self.busiest - 1e-9)
+
 
 def oracle_bound(
     trace: Trace, model: ReplicaModel, min_replicas: int, slo_ttft: float, slo_target: float, window_s: float = 60.0
