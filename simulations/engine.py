@@ -474,6 +474,57 @@ def kv_used(s: FleetArrays) -> np.ndarray:
 
 
 @_compiled
+def replica_counts(
+    removed_at: np.ndarray, draining_since: np.ndarray, ready_at: np.ndarray, n: int, now: float
+) -> tuple[int, int, int]:
+    """Of the first ``n`` replicas (``FleetArrays``' columns): those that exist (not removed), those of them that
+    count toward ``spec.replicas`` (not draining), and those of them ready at ``now``. Given the three columns, not
+    the fleet, since a tick reads them several times and a call that unboxes every array costs several times more."""
+    live = active = ready = 0
+    for r in range(n):
+        if np.isnan(removed_at[r]):
+            live += 1
+            if np.isnan(draining_since[r]):
+                active += 1
+                ready += ready_at[r] <= now
+    return live, active, ready
+
+
+@_compiled
+def scrape_figures(s: FleetArrays, now: float) -> tuple[np.ndarray, float, float, np.ndarray]:
+    """What one scrape at ``now`` reads off the replicas that are up (not removed, ready): each one's waiting
+    requests, their running requests added up, the largest share of a KV cache in use (NaN with none up), and the
+    TTFT histogram's cumulative buckets."""
+    n = s.ints[N_REPLICAS]
+    up = np.flatnonzero(np.isnan(s.removed_at[:n]) & (s.ready_at[:n] <= now))
+    kv = kv_used(s)
+    kv_max = np.nan
+    running = 0.0
+    for r in up:
+        share = kv[r] / s.params[CAP]
+        if np.isnan(kv_max) or share > kv_max:
+            kv_max = share
+        running += s.running[r]
+    return s.queued[up].astype(np.float64), running, kv_max, np.cumsum(s.ttft_counts)
+
+
+@_compiled
+def nearest_rank_by_group(values: np.ndarray, groups: np.ndarray, count: int, q: float) -> np.ndarray:
+    """The ``q`` quantile (nearest rank) of the ``values`` of each group ``0 .. count - 1``, whose members are
+    consecutive (``groups`` does not fall); NaN for a group with none. Each group sorted alone: a run's requests by
+    the tick they arrived in, where sorting them all by both keys took most of a second."""
+    result = np.full(count, np.nan)
+    i, n = 0, len(values)
+    while i < n:
+        j = i
+        while j < n and groups[j] == groups[i]:
+            j += 1
+        result[groups[i]] = np.sort(values[i:j])[int(np.ceil(q * (j - i))) - 1]
+        i = j
+    return result
+
+
+@_compiled
 def route(s: FleetArrays, now: float) -> None:
     """Send the arrivals not yet routed to the replicas that take traffic at ``now`` (up, not draining), if any.
 

@@ -218,6 +218,7 @@ class Fleet:
         self.output = trace.output_tokens.astype(np.float64)
         self.prompt_scrapes: deque[tuple[float, np.ndarray]] = deque()  # the last hour's prompt-length histograms
         self.scrapes: deque[Scrape] = deque()
+        self._window: tuple[float, Scrape | None, tuple[Scrape, Scrape] | None] = (math.nan, None, None)
         for _ in range(initial_replicas):
             self._create(0.0, 0.0)
 
@@ -317,17 +318,21 @@ class Fleet:
         """Replicas that count toward ``spec.replicas``: ready or starting, not draining."""
         return [Replica(self, int(i)) for i in np.flatnonzero(self._active())]
 
+    def _counts(self, now: float = math.nan) -> tuple[int, int, int]:
+        """``engine.replica_counts``: existing, active, and active and ready at ``now``."""
+        s = self.arrays
+        return engine.replica_counts(s.removed_at, s.draining_since, s.ready_at, self.n_replicas, now)
+
     @property
     def spec_replicas(self) -> int:
-        return int(self._active().sum())
+        return self._counts()[1]
 
     def ready_replicas(self, now: float) -> int:
-        ready = self.arrays.ready_at[: self.n_replicas] <= now
-        return int((self._active() & ready).sum())
+        return self._counts(now)[2]
 
     @property
     def existing(self) -> int:
-        return int(self._live().sum())
+        return self._counts()[0]
 
     def scale_to(self, target: int, now: float) -> None:
         active = self.active()
@@ -433,27 +438,26 @@ class Fleet:
     # -- what Prometheus sees ---------------------------------------------------------------------
 
     def _scrape(self, now: float) -> None:
-        s, n = self.arrays, self.n_replicas
-        up = np.flatnonzero(self._live() & (s.ready_at[:n] <= now))
-        kv = self.kv_used()[up].tolist()
-        waiting = tuple(s.queued[up].astype(np.float64).tolist())
+        s = self.arrays
+        queued, running, kv_max, ttft_buckets = engine.scrape_figures(s, now)
+        waiting = tuple(queued.tolist())
         scrape = Scrape(
             at=now,
-            up=len(up),
+            up=len(waiting),
             waiting=float(sum(waiting)),
-            running=float(sum(s.running[up].tolist())),
-            kv_max=max((held / self.model.kv_cache_tokens for held in kv), default=math.nan),
+            running=running,
+            kv_max=kv_max,
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
             per_pod_waiting=waiting,
-            ttft_buckets=tuple(np.cumsum(self.ttft_counts).tolist()),
+            ttft_buckets=tuple(ttft_buckets.tolist()),
             ttft_sum=self.ttft_sum,
         )
         self.scrapes.append(scrape)
         s.sums[engine.LAST_SCRAPE] = now
         while self.scrapes and self.scrapes[0].at < now - max(RATE_WINDOW_S, self.model.staleness_s) - 1:
             self.scrapes.popleft()
-        if len(up):
+        if waiting:
             self.prompt_scrapes.append((now, np.cumsum(self.prompt_counts)))
         while self.prompt_scrapes and self.prompt_scrapes[0][0] < now - PROMPT_SPREAD_WINDOW_S:
             self.prompt_scrapes.popleft()
@@ -464,9 +468,13 @@ class Fleet:
         return self.scrapes[-1]
 
     def window(self, now: float) -> tuple[Scrape, Scrape] | None:
-        """The first and the last scrape of the last ``RATE_WINDOW_S``, what ``rate(...[1m])`` reads."""
-        window = [s for s in self.scrapes if now - RATE_WINDOW_S <= s.at <= now]
-        return (window[0], window[-1]) if len(window) >= 2 else None
+        """The first and the last scrape of the last ``RATE_WINDOW_S``, what ``rate(...[1m])`` reads; kept until the
+        next scrape, since a tick reads it once a signal."""
+        last = self.scrapes[-1] if self.scrapes else None
+        if self._window[0] != now or self._window[1] is not last:
+            window = [s for s in self.scrapes if now - RATE_WINDOW_S <= s.at <= now]
+            self._window = (now, last, (window[0], window[-1]) if len(window) >= 2 else None)
+        return self._window[2]
 
     def rate(self, attr: str, now: float) -> float | None:
         """``rate(counter[1m])`` from the scrapes of the last minute."""
@@ -555,6 +563,9 @@ def warm() -> None:
     reps, reqs = engine.take_admissions(s, now)
     engine.after_admission(s, reps, reqs, now)
     fleet.kv_used()
+    fleet._counts(now)
+    engine.scrape_figures(s, now)
+    engine.nearest_rank_by_group(np.zeros(2), np.zeros(2, dtype=np.int64), 1, 0.9)
     fleet.scale_to(0, now)
     bench = Fleet(model, Trace("warm", np.full(2, math.inf), np.array([3000, 3000]), np.array([400, 400])), 1)
     engine.replay_bench(bench.arrays, np.zeros(2), 1, 0.001, model.request_overhead_s, 1e6)

@@ -14,7 +14,8 @@ from policies.base import Observation
 from policies.cold_start import WritesToReady
 from policies.pipeline import WorkloadDecider
 from policies.recorded import ACTIVATION, ACTIVITY
-from simulations.fleet import Fleet, group_runs
+from simulations import engine
+from simulations.fleet import Fleet
 from simulations.replica_model import ReplicaModel
 from simulations.signals import Signals, ZeroSignals
 from simulations.traces import Trace
@@ -253,11 +254,10 @@ def p90_by_arrival(values: np.ndarray, arrival: np.ndarray, starts: np.ndarray) 
     interval, values = interval[keep], values[keep]
     if not len(values):
         return result.tolist()
-    order = np.lexsort((values, interval))
-    first, sizes = group_runs(interval[order])
-    ranks = first + np.ceil(0.9 * sizes).astype(np.int64) - 1
-    result[interval[order][first]] = values[order][ranks]
-    return result.tolist()
+    if (interval[1:] < interval[:-1]).any():  # a trace's requests come in the order they arrive
+        order = np.argsort(interval, kind="stable")
+        interval, values = interval[order], values[order]
+    return engine.nearest_rank_by_group(values, interval, len(starts), 0.9).tolist()  # type: ignore[no-any-return]
 
 
 def run(

@@ -124,6 +124,28 @@ def test_a_replica_draining_past_its_timeout_is_aborted_with_what_it_holds() -> 
     assert fleet.gateway_open == 0 and fleet.existing == 1
 
 
+def test_the_replica_counts_are_those_of_the_replicas_themselves() -> None:
+    """Replicas ready, starting, draining and removed: those that exist, those that count toward spec.replicas and
+    those of them ready, as one compiled call reads them, are the replicas' own."""
+    trace = Trace("long", np.zeros(3), np.array([500, 500, 500]), np.array([5_000, 5_000, 5_000]))
+    fleet = Fleet(ReplicaModel(drain=True, drain_timeout_s=30, cold_start_s=60), trace, 3)
+    for now in range(10):
+        fleet.step(float(now))
+    fleet.scale_to(1, 10.0)  # two of three draining
+    fleet.scale_to(3, 10.0)  # two starting
+    fleet.scale_to(2, 11.0)  # the newest starting one aborted
+    now, seen = 11.0, []
+    for until in (12.0, 45.0, 75.0):  # before the drain timeout, after it, after the cold start
+        while now < until:
+            fleet.step(now)
+            now += 1.0
+        live, active = fleet.live, fleet.active()
+        assert fleet.existing == len(live) and fleet.spec_replicas == len(active)
+        assert fleet.ready_replicas(now) == sum(r.ready(now) for r in active)
+        seen.append((fleet.existing, fleet.spec_replicas, fleet.ready_replicas(now)))
+    assert seen == [(4, 2, 1), (2, 2, 1), (2, 2, 2)]
+
+
 def test_a_lone_request_takes_its_own_prefill() -> None:
     model = ReplicaModel()
     fleet = Fleet(model, Trace("one", np.array([0.0, 100.5]), np.array([10, 4000]), np.array([1, 10])), 1)
