@@ -51,7 +51,6 @@ class Comparison:
     static_best_replicas: int | None = None
     oracle_gpu_hours: float = 0.0
     oracle_max_replicas: int = 0
-    elapsed_s: float = 0.0
 
 
 class Progress:
@@ -143,6 +142,7 @@ class Footing:
     static_run: RunResult
     initial: int
     ahead: list[RunResult] | None  # ``static_best``'s bet on the runs started from the fleet found
+    max_replicas: int  # the workload's bound it was found under
 
 
 def footing(
@@ -154,21 +154,41 @@ def footing(
     slo_target: float,
     tick: Callable[[str], None] = lambda _: None,
     then: list[tuple[str, Any]] | None = None,
-    above: Footing | None = None,
+    grow_to: int | None = None,
     workers: int | None = None,
 ) -> Footing:
     """The oracle's bound, then the fixed fleet's search from its busiest minute (``static_best``, which
     may start ``then`` on a bet). Runs start from that fleet, as if the controller had been running before
     the trace began: no policy pays for a cold fleet at t=0; without one, from ``maxReplicas``.
 
-    ``above``: the footing of the same trace under a lower ``maxReplicas`` where no fixed fleet met the
-    target: its bound stands, and the search starts above the fleet it ended on."""
-    lo, hi = workload.min_replicas, workload.max_replicas
-    bound = above.bound if above is not None else oracle_bound(trace, model, lo, slo_ttft, slo_target)
-    searching = Shared(trace, model, document, workload, hi, slo_ttft, slo_target, workers)
+    With ``grow_to``, where no fixed fleet meets the target the search goes on under twice the bound, up to
+    ``grow_to`` (``compare``'s docstring says when it stops doubling), the oracle's bound standing and from above
+    the fleet it ended on; the footing's ``max_replicas`` is the bound it was found under."""
+    searching = Shared(trace, model, document, workload, workload.max_replicas, slo_ttft, slo_target, workers)
+    base = _footing(searching, tick, then)
+    gap = math.inf
+    while base.static_replicas is None and grow_to is not None and searching.workload.max_replicas < grow_to:
+        wait = base.static_run.queue_wait_p99_s
+        if not (2 * (slo_target - base.static_run.slo_attainment) <= gap or (wait or 0.0) > slo_ttft):
+            break
+        gap = slo_target - base.static_run.slo_attainment
+        grown = {"maxReplicas": min(grow_to, 2 * base.initial)}
+        document, workload = workload_variant(searching.document, searching.workload, grown)
+        searching = replace(searching, document=document, workload=workload, initial=workload.max_replicas)
+        base = _footing(searching, tick, then, above=base)
+    return base
+
+
+def _footing(
+    searching: Shared, tick: Callable[[str], None], then: list[tuple[str, Any]] | None, above: Footing | None = None
+) -> Footing:
+    """``footing`` under the bound of ``searching``'s workload; ``above``: the footing under a lower one."""
+    s = searching
+    lo, hi = s.workload.min_replicas, s.workload.max_replicas
+    bound = above.bound if above is not None else oracle_bound(s.trace, s.model, lo, s.slo_ttft, s.slo_target)
     start = max(bound.busiest, above.initial + 1) if above is not None else bound.busiest
-    best, best_run, ahead = static_best(searching, max(lo, 1), hi, start, tick, then)  # a fixed fleet serves
-    return Footing(bound, best, best_run, best if best is not None else hi, ahead)
+    best, best_run, ahead = static_best(s, max(lo, 1), hi, start, tick, then)  # a fixed fleet serves
+    return Footing(bound, best, best_run, best if best is not None else hi, ahead, hi)
 
 
 def compare(
@@ -182,6 +202,7 @@ def compare(
     progress: bool = True,
     grow_to: int | None = None,
     workers: int | None = None,
+    base: Footing | None = None,
 ) -> Comparison:
     """Every policy of ``policy_types`` and the baselines on the trace, for the document's first workload.
 
@@ -192,13 +213,14 @@ def compare(
     left it without requests that waited in the queue longer than the SLO: a fleet that misses on its
     replicas' own speed (a 100 % target, an SLO under one prompt's prefill) misses at any size. The
     comparison's ``workload`` has the bound it ran with. ``workers``: processes for a long trace's runs
-    (one per core by default)."""
-    started = time.monotonic()
+    (one per core by default). ``base``: the ``footing`` of the trace, found beforehand (``simulate`` finds it
+    while it plans the policy), else found here."""
     workload = document.workloads[0]
     signals_for([m.name for m in workload.metrics])  # a metric the simulator cannot provide fails here
     lo, hi = workload.min_replicas, workload.max_replicas
     baselines = 2 + 2 * (workload.activation is None)  # the KEDA pair, the clairvoyant and the reactive follower
-    total = len(policy_types) * (9 if tuning else 1) + baselines + math.ceil(math.log2(max(hi - lo, 1) + 1)) + 1
+    searched = 0 if base is not None else math.ceil(math.log2(max(hi - lo, 1) + 1)) + 1
+    total = len(policy_types) * (9 if tuning else 1) + baselines + searched
     bar = Progress(total, progress and sys.stderr.isatty())
     jobs: list[tuple[str, Any]] = [("tune" if tuning else "policy", t) for t in policy_types]
     jobs += [("keda", True), ("keda", False)]
@@ -210,17 +232,10 @@ def compare(
     # Untuned runs may start during the search's last run (``then``); tuning searches, many runs each, are
     # not started on a bet.
     then = None if tuning else submitted
-    base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then, workers=workers)
-    gap = math.inf
-    while base.static_replicas is None and grow_to is not None and workload.max_replicas < grow_to:
-        wait = base.static_run.queue_wait_p99_s
-        if not (2 * (slo_target - base.static_run.slo_attainment) <= gap or (wait or 0.0) > slo_ttft):
-            break
-        gap = slo_target - base.static_run.slo_attainment
-        document, workload = workload_variant(document, workload, {"maxReplicas": min(grow_to, 2 * base.initial)})
-        base = footing(
-            trace, model, document, workload, slo_ttft, slo_target, bar.step, then, above=base, workers=workers
-        )
+    if base is None:
+        base = footing(trace, model, document, workload, slo_ttft, slo_target, bar.step, then, grow_to, workers)
+    if base.max_replicas != workload.max_replicas:
+        document, workload = workload_variant(document, workload, {"maxReplicas": base.max_replicas})
     result = Comparison(
         trace, model, workload, slo_ttft, slo_target, base.initial, static_best_replicas=base.static_replicas
     )
@@ -231,5 +246,4 @@ def compare(
     result.oracle_gpu_hours = base.bound.gpu_hours
     result.oracle_max_replicas = base.bound.busiest_fleet
     bar.close()
-    result.elapsed_s = time.monotonic() - started
     return result

@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
-from typing import Any
+from typing import Any, TypeVar
 
 from policies.policy_file import PolicyFile, Workload
 from simulations.clairvoyant import FOLLOWERS, cheapest_follower
@@ -40,6 +40,7 @@ class Shared:
 
 
 _SHARED: Shared | None = None
+T = TypeVar("T")
 PARALLEL_MIN_REQUESTS = 50_000
 STOP_GRACE_S = 1.5  # a run told to stop ends within a simulated minute, some milliseconds
 # While worker processes run, set by the parent when the runs still going are no longer wanted (a lost
@@ -139,6 +140,50 @@ def _collect(
     return results
 
 
+_BESIDE: Callable[[], Any] | None = None  # ``beside``'s work, set before its worker is forked
+
+
+def _beside() -> Any:
+    assert _BESIDE is not None
+    return _BESIDE()
+
+
+@contextmanager
+def _workers(
+    count: int, shared: Shared | None = None, work: Callable[[], Any] | None = None
+) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``count`` worker processes, forked at its first submit, that inherit ``shared`` (``run_jobs``' runs)
+    or ``work`` (``beside``'s). Whatever still runs when it closes is not wanted: each run ends within a simulated
+    minute of it (``_STOP``), and a worker still there ``STOP_GRACE_S`` later is killed."""
+    global _SHARED, _STOP, _BESIDE
+    warm()  # compiled here once, inherited by the workers
+    context = mp.get_context("fork")
+    stop = context.Event()
+    _SHARED, _STOP, _BESIDE = shared, stop, work
+    pool = ProcessPoolExecutor(count, context, initializer=_leave_interrupts_to_the_parent)
+    try:
+        yield pool
+    finally:
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        _end_workers(STOP_GRACE_S)
+        pool.shutdown(wait=True)
+        _SHARED, _STOP, _BESIDE = None, None, None
+
+
+@contextmanager
+def beside(work: Callable[[], T]) -> Iterator[Callable[[], T]]:
+    """``work`` run in a worker process while the caller goes on in its own, on a core it would leave idle: what is
+    yielded waits for its result. The worker inherits ``work`` by fork, and a run it makes stops, as a job's does,
+    once the caller leaves without the result (an error, Ctrl-C). The caller runs no ``run_jobs`` of its own
+    meanwhile, whose end stops every worker. ``simulate`` finds the fixed fleet's search so while it plans the
+    follower: on two days, the plan's runs (some 20 s) no longer wait for a core."""
+    with _workers(1, work=work) as pool:
+        with _interrupts_held():  # the submit forks the worker
+            future = pool.submit(_beside)
+        yield future.result
+
+
 def run_jobs(
     shared: Shared,
     jobs: list[tuple[str, Any]],
@@ -154,19 +199,7 @@ def run_jobs(
     workers = worker_count(shared, len(jobs))
     if workers < 2:
         return _collect(jobs, (_job(job, shared) for job in jobs), tick, first_decides)
-    global _SHARED, _STOP
-    warm()  # compiled here once, inherited by the workers
-    context = mp.get_context("fork")
-    _SHARED, _STOP = shared, context.Event()
-    pool = ProcessPoolExecutor(workers, context, initializer=_leave_interrupts_to_the_parent)
-    try:
+    with _workers(workers, shared=shared) as pool:
         with _interrupts_held():  # the first submit forks the workers
             futures = [pool.submit(_job, job) for job in jobs]  # started in this order
         return _collect(jobs, (future.result() for future in futures), tick, first_decides)
-    finally:
-        # Whatever is still running is not wanted: each run ends within a simulated minute of this.
-        _STOP.set()
-        pool.shutdown(wait=False, cancel_futures=True)
-        _end_workers(STOP_GRACE_S)
-        pool.shutdown(wait=True)
-        _SHARED, _STOP = None, None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import yaml
@@ -26,12 +27,21 @@ import yaml
 from policies.policy_file import PolicyFile, parse_policy_document
 from policies.recorded import observed_rows
 from policies.spec import Slo
-from simulations.builtin import BUILTIN_GROW_TO, Note, idle_model_document, quiet, sized_builtin, with_measured_capacity
-from simulations.compare import DEFAULT_POLICY_TYPES, Comparison, compare
+from simulations.builtin import (
+    BUILTIN_GROW_TO,
+    Note,
+    builtin_policy,
+    idle_model_document,
+    quiet,
+    sized_builtin,
+    with_measured_capacity,
+)
+from simulations.compare import DEFAULT_POLICY_TYPES, Comparison, Footing, compare, footing
 from simulations.contenders import policy_contender
 from simulations.deployable import deployable
 from simulations.engine import COMPILED, SIM_EXTRA
 from simulations.fleet import warm
+from simulations.jobs import Shared, beside, worker_count
 from simulations.replica_model import ReplicaModel, parse_overrides
 from simulations.report import percent, report
 from simulations.runner import floor_to, long_run_hint, run
@@ -90,6 +100,7 @@ class Simulation:
     policy_types: list[str]
     report: dict[str, Any] = field(default_factory=dict)
     idle: Comparison | None = None
+    elapsed_s: float = 0.0  # from the trace's reading to the end: the sizing, the fixed fleet's search and the runs
 
 
 def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = False) -> Simulation:
@@ -100,7 +111,10 @@ def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = Fa
         note(f"numba is not installed, so the simulator runs uncompiled, some 20 times slower: {SIM_EXTRA}", "\n")
     elif (seconds := _compile()) >= COMPILE_NOTE_S:
         note(f"compiled the simulator in {seconds:.0f} s, once: numba keeps it for the runs after this one", "\n")
-    model, trace, document, sizing = resolve(request, ttft, target, note)
+    started = time.monotonic()
+    model, trace = inputs(request)
+    grow_to = None if request.document else BUILTIN_GROW_TO
+    document, sizing, base = _sized_while_searching(request, model, trace, ttft, target, grow_to, note)
     if hint := long_run_hint(trace, model):
         note(hint, "\n")
     workload = document.workloads[0]
@@ -115,8 +129,9 @@ def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = Fa
         target,
         request.tune,
         progress=progress,
-        grow_to=None if request.document else BUILTIN_GROW_TO,
+        grow_to=grow_to,
         workers=request.jobs,
+        base=base,
     )
     if comparison.workload.max_replicas != workload.max_replicas:
         note(
@@ -132,6 +147,7 @@ def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = Fa
         idle = idle_model_document(document)
         done.idle = compare(synthetic_idle(request.seed), model, idle, ["predictive"], ttft, target, progress=progress)
         data["scale_to_zero"] = report(done.idle, {"seed": request.seed})
+    done.elapsed_s = time.monotonic() - started
     return done
 
 
@@ -152,6 +168,12 @@ def resolve(
     the workload: the file's, sized from a load test where it gives only an SLO, or the built-in one sized for the
     trace as it is run (the predictive follower's plan and the fleet it load-tests are of the trace replayed at its
     time scale); with how it was sized, for the report."""
+    model, trace = inputs(request)
+    return model, trace, *sized_for(request, model, trace, ttft, target, note)
+
+
+def inputs(request: SimulationRequest) -> tuple[ReplicaModel, Trace]:
+    """``resolve``'s replica and trace."""
     document = request.document
     cold = request.cold_start
     if cold is None and document is not None and document.workloads[0].cold_start_seconds != "auto":
@@ -167,13 +189,44 @@ def resolve(
         trace = trace.window(*request.window)
     if request.time_scale != 1.0:  # before the sizing: the plan's minutes and fleet are the run's
         trace = trace.scaled(request.time_scale)
+    return model, trace
+
+
+def sized_for(
+    request: SimulationRequest, model: ReplicaModel, trace: Trace, ttft: float, target: float, note: Note = quiet
+) -> tuple[PolicyFile, dict[str, Any]]:
+    """``resolve``'s workload and how it was sized."""
+    document = request.document
     sizing: dict[str, Any] = {}
     if document is None:
         document, sizing = sized_builtin(model, trace, ttft, target, note)
     elif document.workloads[0].needs_capacity:
         document, sizing = with_measured_capacity(document, model, trace, ttft, target, note)
-    document = with_slo(document, ttft, target)
-    return model, trace, document, sizing
+    return with_slo(document, ttft, target), sizing
+
+
+def _sized_while_searching(
+    request: SimulationRequest,
+    model: ReplicaModel,
+    trace: Trace,
+    ttft: float,
+    target: float,
+    grow_to: int | None,
+    note: Note,
+) -> tuple[PolicyFile, dict[str, Any], Footing | None]:
+    """``sized_for``, and, where it plans the follower on a long trace, the fixed fleet's search (``footing``,
+    which the plan leaves alone: it reads only the workload's bounds) in a worker meanwhile: the plan's runs take one
+    core and would leave the other idle (docs/decisions/simulator-speed.md). None for the search where it was not
+    run: ``compare`` runs it."""
+    bounds = request.document or builtin_policy(model)
+    workload = bounds.workloads[0]
+    searching = Shared(trace, model, bounds, workload, workload.max_replicas, ttft, target, request.jobs)
+    if not (request.document is None or workload.needs_capacity) or worker_count(searching, 2) < 2:
+        return (*sized_for(request, model, trace, ttft, target, note), None)
+    search = partial(footing, trace, model, bounds, workload, ttft, target, grow_to=grow_to, workers=1)
+    with beside(search) as found:
+        document, sizing = sized_for(request, model, trace, ttft, target, note)
+        return document, sizing, found()
 
 
 def with_slo(document: PolicyFile, ttft: float, target: float) -> PolicyFile:

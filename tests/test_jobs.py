@@ -59,3 +59,33 @@ def test_an_interrupt_during_a_workers_fork_leaves_no_worker_behind(
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     assert not left
+
+
+def test_work_beside_the_caller_runs_in_a_worker_and_stops_when_the_caller_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``beside``: the work runs in another process while the caller goes on, and what it yields waits for the result;
+    a caller that fails first stops the work's run (within a simulated minute) and leaves no worker behind."""
+    trace = synthetic_day(seed=2, mean_rps=1.5, hours=0.5, bursts=2)
+    model = ReplicaModel(cold_start_s=120)
+    document = builtin_policy(model, trace)
+    shared = jobs.Shared(trace, model, document, document.workloads[0], 10, 2.0, 0.99, workers=1)
+    with jobs.beside(lambda: (os.getpid(), jobs.run_jobs(shared, [("static", (10, None))], lambda _: None))) as result:
+        pid, (run,) = result()
+    assert pid != os.getpid()
+    assert run.to_json() == jobs.run_jobs(shared, [("static", (10, None))], lambda _: None)[0].to_json()
+
+    class Failed(Exception):
+        pass
+
+    def forever() -> None:
+        while not jobs.run_jobs(shared, [("static", (10, None))], lambda _: None)[0].abandoned:
+            pass  # each run is whole until the caller leaves; then one stops, ``abandoned``
+
+    before = child_processes(os.getpid())
+    started = time.monotonic()
+    with pytest.raises(Failed), jobs.beside(forever):
+        time.sleep(0.5)
+        raise Failed
+    assert time.monotonic() - started < 0.5 + jobs.STOP_GRACE_S + 1
+    assert not child_processes(os.getpid()) - before

@@ -95,3 +95,34 @@ def test_the_builtin_workload_is_sized_for_the_trace_as_it_is_replayed(monkeypat
     _, trace, _, _ = resolve(SimulationRequest(time_scale=24.0), 2.0, 0.99)
     assert trace.duration_s == pytest.approx(whole.duration_s / 24)
     assert sized == [pytest.approx(whole.duration_s), pytest.approx(trace.duration_s)]
+
+
+@pytest.mark.parametrize("given_only_an_slo", [False, True])
+def test_the_fixed_fleets_search_beside_the_plan_finds_what_it_finds_after_it(
+    monkeypatch: pytest.MonkeyPatch, given_only_an_slo: bool
+) -> None:
+    """On a long trace with two cores, the fixed fleet's search runs in a worker while the follower is planned
+    (``jobs.beside``), for the built-in workload or a file that gives only an SLO; the report is the one the search
+    after the plan gives, as with one process."""
+    import simulations.jobs as jobs
+
+    document = None
+    if given_only_an_slo:
+        raw = {"target": {"kind": "Deployment", "namespace": "llm", "name": "vllm"}, "minReplicas": 1}
+        raw |= {"maxReplicas": 24, "slo": {"ttftSeconds": 2, "target": 0.99}}
+        document = parse_policy_document({"workloads": [raw]}, "<test>")
+    request = SimulationRequest(document=document, time_scale=8.0, policies=("predictive",))
+    alone = simulate(SimulationRequest(document=document, time_scale=8.0, policies=("predictive",), jobs=1))
+    monkeypatch.setattr(jobs, "PARALLEL_MIN_REQUESTS", 0)
+    monkeypatch.setattr(jobs.os, "cpu_count", lambda: 2)
+    besides: list[object] = []
+    real = simulations.request.beside
+
+    def spy(work: Any) -> Any:
+        besides.append(work)
+        return real(work)
+
+    monkeypatch.setattr(simulations.request, "beside", spy)
+    forked = simulate(request)
+    assert len(besides) == 1
+    assert forked.report == alone.report

@@ -137,7 +137,7 @@ def _emit(args: argparse.Namespace, done: Simulation) -> int:
             print("\nA low-traffic model with idle hours, allowed to scale to zero (minReplicas 0, activation):")
             print(reporting.table(data["scale_to_zero"]))
     if not QUIET["on"]:
-        print(f"(simulated in {done.comparison.elapsed_s:.1f} s)", file=sys.stderr)
+        print(f"(simulated in {done.elapsed_s:.1f} s)", file=sys.stderr)
     written = args.out
     try:
         if args.out:
