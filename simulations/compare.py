@@ -82,14 +82,14 @@ def static_best(
     shared: Shared,
     lo: int,
     hi: int,
-    busiest: float,
+    least: int,
     tick: Callable[[str], None] = lambda _: None,
     then: list[tuple[str, Any]] | None = None,
 ) -> tuple[int | None, RunResult, list[RunResult] | None]:
     """The smallest fixed fleet in ``[lo, hi]`` meeting the SLO target (SLO attainment grows with the fleet).
     Without one, ``None`` and the run at ``hi``.
 
-    The search starts at ``busiest``, the oracle's busiest minute (a fixed fleet must carry it too). Each
+    The search starts at ``least``, the fleet the oracle's busiest minute needs (a fixed fleet must carry it too). Each
     round runs as many candidate fleets as there are worker processes, spread evenly over what is left, and
     a run that has certainly missed more requests than the target allows stops early.
 
@@ -99,7 +99,7 @@ def static_best(
     third; if not, they are stopped, the third item is ``None``, and the caller runs ``then`` itself.
     """
     budget = allowed_misses(shared.trace, shared.slo_target)
-    low, high = min(max(lo, math.ceil(busiest - 1e-9)), hi), hi
+    low, high = min(max(lo, least), hi), hi
     results: dict[int, RunResult] = {}
     ahead: list[RunResult] | None = None
     workers = worker_count(shared, 2)
@@ -186,7 +186,7 @@ def _footing(
     s = searching
     lo, hi = s.workload.min_replicas, s.workload.max_replicas
     bound = above.bound if above is not None else oracle_bound(s.trace, s.model, lo, s.slo_ttft, s.slo_target)
-    start = max(bound.busiest, above.initial + 1) if above is not None else bound.busiest
+    start = max(bound.busiest_fleet, above.initial + 1) if above is not None else bound.busiest_fleet
     best, best_run, ahead = static_best(s, max(lo, 1), hi, start, tick, then)  # a fixed fleet serves
     return Footing(bound, best, best_run, best if best is not None else hi, ahead, hi)
 

@@ -137,15 +137,15 @@ def plan(work: np.ndarray, curve: MissCurve, cold_start_s: float, hold_s: float,
 
 
 def fixed_candidates(
-    work: np.ndarray, found: Plan, cold_start_s: float, hold_s: float, busiest: float, held: float = 0.0
+    work: np.ndarray, found: Plan, cold_start_s: float, hold_s: float, busiest: int, held: float = 0.0
 ) -> range:
     """The fixed fleets that might beat ``found``: from the ``busiest`` fleet, the one the trace's busiest window
-    needs where the budget's misses are spent on it (the oracle's bound, where static-best's search starts: fewer
-    cannot meet the target), to those that hold fewer replica-minutes than the follower ``found`` replays to (more
-    cannot win). Empty where the follower holds fewer on average than that, as on days whose peak is hours long. A
-    run of the plan's policy that ``held`` more replicas on average than the replay reads says more might.
+    needs where the budget's misses are spent on it (the oracle's bound's ``busiest_fleet``, where static-best's
+    search starts: fewer cannot meet the target), to those that hold fewer replica-minutes than the follower ``found``
+    replays to (more cannot win). Empty where the follower holds fewer on average than that, as on days whose peak is
+    hours long. A run of the plan's policy that ``held`` more replicas on average than the replay reads says more might.
     Worked example: the docstring's spikes (5 replicas of work, 8 every ten minutes, all of it needed), planned as a
     floor of 14 at a ``u`` of 1: fleets of 8 to 13 might beat it, if the trace's own minutes miss less than the
     replay reads them to (tests/test_follower_plan.py)."""
     ordered, _ = fluid_fleet(held_work(work, cold_start_s, hold_s), found.utilization, found.floor, cold_start_s)
-    return range(max(1, math.ceil(busiest - 1e-9)), math.ceil(max(float(ordered.mean()), held) - 1e-9))
+    return range(max(1, busiest), math.ceil(max(float(ordered.mean()), held) - 1e-9))

@@ -227,7 +227,7 @@ def follower_plan(
     bursts = burstiness(curve, work / test.fleet, fixed.missed_by_minute, fixed.arrived_by_minute)
     found = plan(work, curve.heavier(bursts), model.cold_start_s, hold_s, slo_target) or start
     known = {test.fleet: fixed.meets(slo_target)}
-    busiest = oracle_bound(trace, model, 0, slo_ttft, slo_target).busiest
+    busiest = oracle_bound(trace, model, 0, slo_ttft, slo_target).busiest_fleet
     candidates = fixed_candidates(work, found, model.cold_start_s, hold_s, busiest)
     fleet_found = smallest_fixed_fleet(trace, model, candidates, slo_ttft, slo_target, known)
     if fleet_found is None and check is not None:

@@ -59,9 +59,9 @@ def test_worker_processes_give_the_same_report_and_start_the_policies_during_the
     shared = Shared(trace, model, document, document.workloads[0], 32, 2.0, 0.99)
     then: list[tuple[str, object]] = [("policy", "threshold"), ("keda", False)]
     # Fleets n+1 and n+2 meet the target, so the last run tries n alone: the bet on it holds.
-    found, run_at_n, ahead = static_best(shared, n, n + 3, 0.0, then=then)
+    found, run_at_n, ahead = static_best(shared, n, n + 3, 0, then=then)
     assert found == n and run_at_n.to_json() == policies["static-best"]
     assert ahead is not None and [r.to_json() for r in ahead] == [policies["threshold"], policies["keda-sum"]]
     # Fleets n and n+1 meet it, so the last run tries n-1 alone, which misses: the runs begun on it are dropped.
-    found, run_at_n, ahead = static_best(shared, n - 1, n + 2, 0.0, then=then)
+    found, run_at_n, ahead = static_best(shared, n - 1, n + 2, 0, then=then)
     assert found == n and run_at_n.to_json() == policies["static-best"] and ahead is None

@@ -87,10 +87,10 @@ def test_fixed_fleets_are_tried_only_where_one_might_hold_fewer_replica_minutes(
     it. A follower of work that swings over hours holds fewer on average than its busiest minute needs: no fixed fleet
     can."""
     spiky = np.tile([5.0] * 9 + [8.0], 12)
-    assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0, 8.0) == range(8, 14)
+    assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0, 8) == range(8, 14)
     # a run of its policy that held 16.2 on average says fleets of 14 to 16 might too
-    assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0, 8.0, held=16.2) == range(8, 17)
+    assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0, 8, held=16.2) == range(8, 17)
     # where the budget lets the spikes miss, the oracle's busiest window needs fewer: from there
-    assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0, 5.2) == range(6, 14)
+    assert fixed_candidates(spiky, Plan(1.0, 14), 300.0, 300.0, 6) == range(6, 14)
     day = 11 + 9 * np.sin(np.linspace(0, 2 * np.pi, 1440))
-    assert not fixed_candidates(day, Plan(0.8, 0), 300.0, 300.0, 20.0)
+    assert not fixed_candidates(day, Plan(0.8, 0), 300.0, 300.0, 20)

@@ -158,8 +158,9 @@ class UtilizationLearner:
         own = self.hours[slot] == hour
         missed = self._other_misses + own * self.misses[slot]
         exposure = self._other_exposure + own * self.exposure[slot]
-        cool = self._best(missed, exposure, PRIOR_MISSES / self.allowed)
-        warm = self._best(missed, exposure, max(self.weight, PRIOR_MISSES / self.allowed))
+        prior = PRIOR_MISSES / self.allowed
+        cool = self._best(missed, exposure, prior)
+        warm = self._best(missed, exposure, self.weight) if self.weight > prior else cool
         self.last = now
         self.utilization = min(max(min(cool, warm), LEAST), self.most(now))
         return self.utilization
