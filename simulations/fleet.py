@@ -293,7 +293,7 @@ class Fleet:
         index = self.n_replicas
         if index == len(self.arrays.ready_at):
             self._grow(replicas=2 * index)
-        live = int(self._live().sum()) + 1
+        live = self.existing + 1
         if live * self.model.max_num_seqs > len(self.arrays.columns.rep):  # what may run at once
             self._grow(running=live * self.model.max_num_seqs)
         s = self.arrays

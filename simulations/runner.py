@@ -248,12 +248,9 @@ def slo_met(fleet: Fleet, slo_ttft: float) -> np.ndarray:
 def p90_by_arrival(values: np.ndarray, arrival: np.ndarray, starts: np.ndarray) -> list[float]:
     """The 90th percentile (nearest rank) of ``values`` over the requests arriving in each interval from
     ``starts[i]`` to ``starts[i + 1]`` (the last to the end); NaN for an interval with no arrival."""
-    result = np.full(len(starts), np.nan)
     interval = np.searchsorted(starts, arrival, side="right") - 1  # -1 before the first start, or with none
     keep = interval >= 0
     interval, values = interval[keep], values[keep]
-    if not len(values):
-        return result.tolist()
     if (interval[1:] < interval[:-1]).any():  # a trace's requests come in the order they arrive
         order = np.argsort(interval, kind="stable")
         interval, values = interval[order], values[order]
