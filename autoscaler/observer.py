@@ -27,7 +27,6 @@ from autoscaler.metrics.queries import (
     batch_key,
     batched_query,
     freshness_query,
-    histogram_reading,
     metric_queries,
     pod_owners,
 )
@@ -236,7 +235,7 @@ class Observer:
     def _aggregate(
         workload: Workload, name: str, mine: list[tuple[dict[str, str], float]], vector: VectorResult
     ) -> QueryResult:
-        value = aggregate(name, mine, histogram_reading(name, workload))
+        value = aggregate(name, mine, workload.histogram_reading(name))
         if value is None:
             detail = "no series for the workload's pods" if not mine else "the histogram has no observations"
             return QueryResult(None, Failure.EMPTY, detail, latency_s=vector.latency_s)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.logs import get_logger
-from autoscaler.metrics.queries import OWNER, histogram_reading, owned_query
+from autoscaler.metrics.queries import OWNER, owned_query
 from autoscaler.metrics.source import Failure, MetricSource, RangeSeries, RangeVector
 from autoscaler.record import PROMETHEUS_FAILURES, series_queries
 from policies.base import Policy
@@ -182,7 +182,7 @@ class FleetHistory:
                     member.waiting[span] += 1
                     later = member.shadow is not None and span == 0
                     if name in owned:
-                        kind, reading = workload.target.kind, histogram_reading(name, workload)
+                        kind, reading = workload.target.kind, workload.histogram_reading(name)
                         groups.setdefault((name, owned[name], kind, reading, span, part, later), []).append(workload)
                     else:
                         own.append((index, _Read(name, query, span, part, [workload.key], later=later)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -29,7 +30,14 @@ from pydantic import (
 
 from policies import registry
 from policies.base import Policy, WorkloadContext
-from policies.metric_names import BUDGET_SIGNALS, BUILTIN_METRIC_NAMES, PROMPT_SPREAD, TTFT_SLO, WORK_SIGNALS
+from policies.metric_names import (
+    BUDGET_SIGNALS,
+    BUILTIN_METRIC_NAMES,
+    FIRST_TOKENS_OVER_SLO,
+    PROMPT_SPREAD,
+    TTFT_SLO,
+    WORK_SIGNALS,
+)
 from policies.pipeline import WorkloadDecider
 from policies.predictive.params import budget_block
 from policies.spec import (
@@ -186,6 +194,14 @@ class Workload(StrictModel):
         """``predictive`` with an ``errorBudget`` counts the slo's misses (which move its utilization, or hand its
         learned headroom back), and so reads what the budget is counted from (``metric_names.BUDGET_SIGNALS``)."""
         return self.policy_type == "predictive" and budget_block(self.policy) is not None
+
+    def histogram_reading(self, name: str) -> float:
+        """What a metric read from the TTFT histogram takes of this workload, the daemon's query and the simulator's
+        reading alike: the quantile, 0.9 for the p90 and the slo's target for what capacity is learned by; the slo's
+        seconds for the first tokens above them (none above an infinite edge without an slo)."""
+        if name == FIRST_TOKENS_OVER_SLO:
+            return self.slo.ttft_seconds if self.slo is not None else math.inf
+        return self.slo.target if name == TTFT_SLO and self.slo is not None else 0.9
 
     @property
     def extra_signals(self) -> tuple[str, ...]:

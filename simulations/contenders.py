@@ -53,9 +53,7 @@ def policy_contender(
     decider = document.decider(workload)
     if workload.cold_start_seconds != "auto":
         decider.set_cold_start(model.cold_start_s)
-    learning = workload.slo.target if workload.learns_capacity and workload.slo is not None else None
-    seconds = workload.slo.ttft_seconds if workload.slo is not None else None
-    signals = signals_for([*(m.name for m in workload.metrics), *workload.extra_signals], learning, seconds)
+    signals = signals_for([*(m.name for m in workload.metrics), *workload.extra_signals], workload)
     zero = gateway_activation if workload.activation is not None else None
     return Contender(name or workload.policy_type, float(document.interval), decider, signals, tuned=tuned, zero=zero)
 

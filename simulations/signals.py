@@ -18,6 +18,7 @@ from policies.metric_names import (
     TTFT_SLO,
     described,
 )
+from policies.policy_file import Workload
 from simulations.fleet import Fleet, Scrape
 
 Signals = Callable[[Fleet, float], dict[str, float | None]]
@@ -71,15 +72,17 @@ def builtin_signal(name: str) -> Callable[[Fleet, float], float | None] | None:
     return None
 
 
-def signals_for(names: list[str], slo_quantile: float | None = None, slo_seconds: float | None = None) -> Signals:
-    """The built-in metrics ``names``, and what a policy reads beyond its metrics (``Workload.extra_signals``):
-    ``TTFT_SLO`` is the TTFT quantile at ``slo_quantile``, the SLO's target, that a learned capacity reads, and
-    ``FIRST_TOKENS_OVER_SLO`` the first tokens above the histogram's edge at or below ``slo_seconds``."""
+def signals_for(names: list[str], workload: Workload | None = None) -> Signals:
+    """The built-in metrics ``names``, and what a policy reads beyond its metrics (``Workload.extra_signals``): the
+    TTFT histogram's readings (``TTFT_SLO``, ``FIRST_TOKENS_OVER_SLO``) at what ``workload`` takes of them
+    (``Workload.histogram_reading``, as the daemon's queries do)."""
     getters: dict[str, Callable[[Fleet, float], float | None]] = {}
     for name in names:
-        getter = _quantile(slo_quantile) if name == TTFT_SLO and slo_quantile is not None else builtin_signal(name)
-        if name == FIRST_TOKENS_OVER_SLO and slo_seconds is not None:
-            getter = _over(slo_seconds)
+        getter = builtin_signal(name)
+        if name == TTFT_SLO and workload is not None:
+            getter = _quantile(workload.histogram_reading(name))
+        if name == FIRST_TOKENS_OVER_SLO and workload is not None:
+            getter = _over(workload.histogram_reading(name))
         if getter is None:
             raise ValueError(
                 f"the simulator cannot provide metric {name!r}: it serves the built-in names {described()}"

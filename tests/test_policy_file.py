@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -280,6 +281,25 @@ def test_a_capacity_gives_the_metrics_and_predictive_is_the_policy() -> None:
     assert not workload.learns_capacity  # off unless asked (policies/spec.py, Capacity.learn)
     named = parse_policy_document(_slo_form(capacity=CAPACITY, policy={"type": "threshold"}))
     assert named.workloads[0].policy_type == "threshold" and not named.workloads[0].learns_capacity
+
+
+@pytest.mark.parametrize(
+    ("slo", "name", "reading"),
+    [
+        ({"ttftSeconds": 2, "target": 0.95}, "time_to_first_token_slo_seconds", 0.95),
+        ({"ttftSeconds": 2, "target": 0.95}, "time_to_first_token_p90_seconds", 0.9),
+        ({"ttftSeconds": 2, "target": 0.95}, "first_tokens_over_slo_per_second", 2.0),
+        (None, "time_to_first_token_slo_seconds", 0.9),
+        (None, "first_tokens_over_slo_per_second", math.inf),
+    ],
+)
+def test_what_a_histogram_reading_takes_of_its_workload(
+    slo: dict[str, float] | None, name: str, reading: float
+) -> None:
+    """One rule for the daemon's queries and the simulator's signals alike: the quantile at the slo's target, the
+    p90's 0.9, the first tokens above the slo's seconds."""
+    workload = parse_policy_document(workload_doc(**({} if slo is None else {"slo": slo}))).workloads[0]
+    assert workload.histogram_reading(name) == reading
 
 
 def test_the_slo_form_round_trips_without_the_metrics_it_built() -> None:

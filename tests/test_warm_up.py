@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.metrics.queries import histogram_reading, owned_query
+from autoscaler.metrics.queries import owned_query
 from autoscaler.metrics.source import Failure, QueryResult, RangeSeries, RangeVector, Series, VectorResult
 from autoscaler.record import series_queries
 from autoscaler.warm_up import (
@@ -47,7 +47,7 @@ class RangeSource:
         self.by_query = {query: name for name, query in series_queries(workload).items()}
         for name, owned_name in owned_series(workload).items():  # read with other workloads' (owned_query)
             target = workload.target
-            owned = owned_query(owned_name, [target.namespace], target.kind, histogram_reading(name, workload))
+            owned = owned_query(owned_name, [target.namespace], target.kind, workload.histogram_reading(name))
             self.by_query[owned] = name
         self.labels = {"namespace": workload.target.namespace, "owner": workload.target.name}
         self.series, self.failing, self.failure = series, set(failing), failure

@@ -99,23 +99,15 @@ def default_query(name: str, workload: Workload) -> str | None:
         return None
     selector = pod_selector(workload)
     if name in (TTFT_P90, TTFT_SLO):
-        return f"histogram_quantile({histogram_reading(name, workload):g}, {_expression(name, selector, 'le')})"
+        return f"histogram_quantile({workload.histogram_reading(name):g}, {_expression(name, selector, 'le')})"
     if name == FIRST_TOKENS_OVER_SLO:
-        return _over_slo(selector, histogram_reading(name, workload), "sum")
+        return _over_slo(selector, workload.histogram_reading(name), "sum")
     if name == PROMPT_SPREAD:  # histogram.lognormal_spread, in PromQL
         low, high = (f"ln(histogram_quantile({q:g}, {_expression(name, selector, 'le')}))" for q in SPREAD_QUANTILES)
         return f"({high} - {low}) / {SPREAD_Z:g}"
     if batch_key(name) == "kv_cache_usage_perc":
         return f"max({_expression(name, selector, '')})"
     return _expression(name, selector, "")
-
-
-def histogram_reading(name: str, workload: Workload) -> float:
-    """What a metric read from the TTFT histogram takes of its workload: the quantile, 0.9 for the p90 and the slo's
-    target for what capacity is learned by; the slo's seconds for the first tokens above them."""
-    if name == FIRST_TOKENS_OVER_SLO:
-        return workload.slo.ttft_seconds if workload.slo is not None else math.inf
-    return workload.slo.target if name == TTFT_SLO and workload.slo is not None else 0.9
 
 
 def _over_slo(selector: str, seconds: float, aggregation: str) -> str:
@@ -273,7 +265,7 @@ def batch_key(name: str) -> str:
 
 def aggregate(name: str, values: list[tuple[dict[str, str], float]], reading: float = 0.9) -> float | None:
     """Combine one workload's per-pod series as its default query would: sum, max, or what a histogram gives at
-    ``reading`` (``histogram_reading``: a quantile, or the first tokens above the slo's seconds)."""
+    ``reading`` (``Workload.histogram_reading``: a quantile, or the first tokens above the slo's seconds)."""
     if not values:
         return None
     key = batch_key(name)

@@ -389,7 +389,7 @@ def test_owned_range_queries_equal_each_workloads_own(exporter: VllmExporter, pr
     in the owned query's answer equals what its own query returns over the same range, for every kind of series
     (sums, the KV gauge's max over both names, histogram quantiles, the prompts' spread, the counts, the activity),
     for Deployments and a StatefulSet, and a pod of another name is no workload's."""
-    from autoscaler.metrics.queries import default_query, histogram_reading, owned_query
+    from autoscaler.metrics.queries import default_query, owned_query
     from autoscaler.record import series_queries
     from autoscaler.warm_up import owned_series
     from policies.metric_names import (
@@ -439,7 +439,7 @@ def test_owned_range_queries_equal_each_workloads_own(exporter: VllmExporter, pr
         target = workload.target
         for name, series in {**owned_series(workload), **histograms}.items():
             own = series_queries(workload).get(name) or default_query(name, workload) or ""
-            owned = owned_query(series, [NS, "batch"], target.kind, histogram_reading(name, workload))
+            owned = owned_query(series, [NS, "batch"], target.kind, workload.histogram_reading(name))
             answer = source.query_ranges(owned, start, end, 1)
             key = (target.namespace, target.name)
             mine = [s for s in answer.series if (s.labels.get("namespace"), s.labels.get("owner")) == key]
@@ -450,7 +450,7 @@ def test_owned_range_queries_equal_each_workloads_own(exporter: VllmExporter, pr
             assert len(mine) == 1, (workload.key, name, answer.failure, answer.detail)
             # And by name, as a part of a namespace too large for one query is read: this workload's series alone.
             named = owned_query(
-                series, [target.namespace], target.kind, histogram_reading(name, workload), [target.name]
+                series, [target.namespace], target.kind, workload.histogram_reading(name), [target.name]
             )
             alone_by_name = source.query_ranges(named, start, end, 1).series
             assert [(s.labels.get("namespace"), s.labels.get("owner")) for s in alone_by_name] == [key]
