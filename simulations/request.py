@@ -44,7 +44,7 @@ from simulations.fleet import warm
 from simulations.jobs import Shared, beside, worker_count
 from simulations.replica_model import ReplicaModel, parse_overrides
 from simulations.report import percent, report
-from simulations.runner import floor_to, long_run_hint, run
+from simulations.runner import floor_to, long_run_hint, lull_hint, run
 from simulations.traces import Trace, load_trace, synthetic_idle
 
 DEFAULT_SLO_TTFT_S = 2.0  # where neither the request nor the file's slo block gives one
@@ -115,8 +115,9 @@ def simulate(request: SimulationRequest, note: Note = quiet, progress: bool = Fa
     model, trace = inputs(request)
     grow_to = None if request.document else BUILTIN_GROW_TO
     document, sizing, base = _sized_while_searching(request, model, trace, ttft, target, grow_to, note)
-    if hint := long_run_hint(trace, model):
-        note(hint, "\n")
+    for hint in (long_run_hint(trace, model), lull_hint(trace)):
+        if hint:
+            note(hint, "\n")
     workload = document.workloads[0]
     chosen = request.policies or ([workload.policy_type] if request.document else DEFAULT_POLICY_TYPES)
     types = list(dict.fromkeys(chosen))

@@ -215,6 +215,39 @@ def long_run_hint(trace: Trace, model: ReplicaModel) -> str | None:
     )
 
 
+LULL_MINUTES = 30  # a stretch this long with almost no request: longer than any cold start simulated here
+LULL_SHARE = 0.05  # of the trace's median minute: "almost no request"
+BUSY_MINUTE = 30  # a median minute under this many requests is a light trace, whose idle stretches are its own
+
+
+def lull_hint(trace: Trace) -> str | None:
+    """What to say of a busy trace that holds stretches of ``LULL_MINUTES`` or more with almost no request between
+    busy ones: a follower scales in over them and meets the traffic that returns after each short for a cold start,
+    where a fixed fleet does not. ServeGen's rate file holds such stretches where it records no client at all (84 of
+    its 2,016 windows, ``active_clients`` 0), more likely gaps in the recording than traffic that stopped."""
+    if trace.requests == 0:
+        return None
+    per_minute = np.bincount((trace.arrival_s // 60).astype(np.int64))
+    busy = float(np.median(per_minute))
+    if busy < BUSY_MINUTE:
+        return None
+    quiet = np.concatenate([[False], per_minute < LULL_SHARE * busy, [False]]).astype(np.int8)
+    edges = np.diff(quiet)
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    long = [(a, b) for a, b in zip(starts.tolist(), ends.tolist(), strict=True) if b - a >= LULL_MINUTES]
+    if not long:
+        return None
+    first, last = max(long, key=lambda stretch: stretch[1] - stretch[0])
+    which = f"{len(long)} stretches" if len(long) > 1 else "a stretch"
+    return (
+        f"the trace holds {which} of {LULL_MINUTES} minutes or more with almost no request (under {LULL_SHARE:.0%} "
+        f"of its median minute of {busy:,.0f}), {'the longest ' if len(long) > 1 else ''}"
+        f"{(last - first) / 60:.1f} h from {first / 60:.1f} h: a policy that scales in over one meets the traffic "
+        "after it short for a cold start, where a fixed fleet does not; if they are gaps in the recording rather than "
+        "traffic that stopped, --window simulates the stretches between them"
+    )
+
+
 def allowed_misses(trace: Trace, slo_target: float) -> int:
     """How many of the trace's requests may miss the SLO while the run still meets ``slo_target``."""
     return math.floor((1.0 - slo_target) * trace.requests)

@@ -10,7 +10,15 @@ import pytest
 from simulations.builtin import builtin_policy
 from simulations.fleet import Fleet
 from simulations.replica_model import ReplicaModel
-from simulations.runner import Contender, long_run_hint, p90_by_arrival, run, slo_met, ttft_beyond_prefill
+from simulations.runner import (
+    Contender,
+    long_run_hint,
+    lull_hint,
+    p90_by_arrival,
+    run,
+    slo_met,
+    ttft_beyond_prefill,
+)
 from simulations.signals import signals_for
 from simulations.traces import Trace, synthetic_day
 from tests.helpers import drain, poisson_trace
@@ -102,6 +110,26 @@ def test_a_trace_of_weeks_is_announced_with_the_way_to_shorten_it() -> None:
     assert "--window START:END" in hint and "--time-scale" in hint
     assert long_run_hint(weeks.scaled(2), ReplicaModel()) is None
     assert long_run_hint(synthetic_day(), ReplicaModel()) is None
+
+
+def _minutes(per_minute: list[int]) -> Trace:
+    """A request every ``60 / n`` s of each minute, ``n`` the minute's count."""
+    arrivals = np.concatenate([m * 60 + np.arange(n) * 60 / n for m, n in enumerate(per_minute) if n])
+    ones = np.ones(len(arrivals), dtype=np.int64)
+    return Trace("minutes", arrivals, ones * 100, ones)
+
+
+def test_a_busy_trace_with_stretches_of_no_request_is_announced() -> None:
+    """Stretches of 30 minutes or more under 5 % of the median minute, between busy ones: the longest is named."""
+    gaps = _minutes([100] * 60 + [0] * 40 + [100] * 60 + [2] * 90 + [100] * 60)
+    hint = lull_hint(gaps)
+    assert hint is not None and "2 stretches of 30 minutes or more" in hint and "median minute of 100" in hint
+    assert "the longest 1.5 h from 2.7 h" in hint and "--window" in hint
+    one = lull_hint(_minutes([100] * 60 + [0] * 30 + [100] * 60))
+    assert one is not None and "a stretch of 30 minutes or more" in one and "0.5 h from 1.0 h" in one
+    assert lull_hint(_minutes([100] * 60 + [0] * 29 + [100] * 60)) is None  # shorter than a stretch
+    assert lull_hint(_minutes([100] * 60 + [10] * 60 + [100] * 60)) is None  # light, not empty
+    assert lull_hint(_minutes([20] * 60 + [0] * 120 + [20] * 60)) is None  # a light trace's idle hours are its own
 
 
 def test_a_run_no_longer_wanted_stops_at_the_next_simulated_minute() -> None:
