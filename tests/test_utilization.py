@@ -53,6 +53,33 @@ def test_the_work_is_the_tokens_at_the_replicas_throughputs_and_the_queue_to_dra
     assert work_in_replicas(prompt, generation, waiting, firsts, 4000.0, 1000.0) == pytest.approx(work)
 
 
+@pytest.mark.parametrize(
+    ("waiting", "before", "horizon", "work"),
+    [
+        (60.0, 60.0, 300.0, 1.0 + 60 * 0.5 / 300),  # a steady queue: none arrived beyond what was served
+        (60.0, 0.0, 300.0, 1.0 + 60 * 0.5 / DRAIN_S + 60 * 0.5 / 300),  # grown: as much more arrived
+        (0.0, 120.0, 300.0, 0.0),  # drained: what was served came from the queue, none arrived
+        (60.0, 60.0, 30.0, 1.0 + 60 * 0.5 / DRAIN_S),  # a horizon under the minute: the queue within the minute
+    ],
+)
+def test_the_queue_a_minute_back_tells_what_arrived_and_the_queue_is_done_within_the_horizon(
+    waiting: float, before: float, horizon: float, work: float
+) -> None:
+    """The queue's change over the minute is what arrived beyond (or was served from it within) the tokens
+    processed; the queue itself is done within the horizon a replica ordered now serves after."""
+    got = work_in_replicas(2000.0, 500.0, waiting, 2.0, 4000.0, 1000.0, waiting_before=before, horizon=horizon)
+    assert got == pytest.approx(work)
+
+
+def test_a_queue_that_drains_orders_no_replicas_for_itself() -> None:
+    """The module's worked example: 8 replicas' work served at 16 first tokens a second (half a replica-second
+    each) while the queue went from 400 to 200: 6.7 replicas of work over a 255 s horizon, where the queue read as
+    the minute's work alone made it 9.7."""
+    work = work_in_replicas(32000.0, 0.0, 200.0, 16.0, 4000.0, 1000.0, waiting_before=400.0, horizon=255.0)
+    assert work == pytest.approx(8 - 200 * 0.5 / 60 + 200 * 0.5 / 255) and round(work, 1) == 6.7
+    assert round(work_in_replicas(32000.0, 0.0, 200.0, 16.0, 4000.0, 1000.0), 1) == 9.7
+
+
 def _world(learner: UtilizationLearner, at_one: float, elasticity: float = 8.0, hours: float = 24.0) -> None:
     """Ticks of 15 s, 60 first tokens each, of which ``at_one * u ** elasticity`` miss at the utilization in use."""
     for tick in range(int(hours * 240)):
@@ -174,6 +201,25 @@ def test_a_queue_asks_for_more_and_a_missing_counter_holds() -> None:
     blind[GENERATION_TOKENS] = None
     held = decider.decide(Observation(15.0, 18, blind, ready_replicas=18))
     assert held.recommended == 18 and held.details["policy"]["missing"] == [GENERATION_TOKENS]
+
+
+def test_the_queue_a_minute_back_is_the_policys_own_reading() -> None:
+    """The first tick has no reading a minute back: its queue is the minute's work (as above). A minute on, the
+    same queue arrived beyond nothing and is done within the horizon (300 s cold start and a 15 s tick); a
+    reading missed on the way leaves the one a minute back in place, and a gap of more than a tick past it none."""
+    decider = _decider()
+    each = 9 / 40  # replica-seconds of the minute's mean request
+    for now, waiting, work in [
+        (0.0, 240.0, 9 + 240 * each / 60),
+        (15.0, None, 9.0),
+        (60.0, 240.0, 9 + 240 * each / 315),
+        (75.0, 120.0, 9 - 120 * each / 60 + 120 * each / 315),  # the 240 of 15 s was not read: the one at 0 s
+        (300.0, 120.0, 9 + 120 * each / 60),  # none from 225 s to 240 s: the whole queue within the minute
+    ]:
+        signals = _signals(20_000.0, waiting=0.0)
+        signals[WAITING] = waiting
+        decision = decider.decide(Observation(now, 20, signals, ready_replicas=20))
+        assert decision.details["policy"]["work"] == pytest.approx(work), now
 
 
 def test_a_calm_budget_runs_the_fleet_hotter_and_a_burning_one_cooler() -> None:

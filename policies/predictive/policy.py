@@ -4,6 +4,7 @@ the rule)."""
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
@@ -40,7 +41,7 @@ from policies.predictive.headroom import LEARNED_SHARE, default_headroom
 from policies.predictive.params import ErrorBudgetParams, PredictiveParams, prompt_spread
 from policies.predictive.pooling import pooled_replicas
 from policies.predictive.rises import RiseHistory
-from policies.predictive.utilization import UtilizationLearner, work_in_replicas
+from policies.predictive.utilization import DRAIN_S, UtilizationLearner, work_in_replicas
 from policies.replica_calculator import demand_in_replicas
 from policies.threshold import tolerance_for
 
@@ -57,6 +58,9 @@ class PredictiveState:
     capacity: CapacityLearner = field(default_factory=CapacityLearner)
     budget: BudgetLedger | None = None
     utilization: UtilizationLearner | None = None
+    # The follower's readings of its queue over the last minute and a tick: time and value, in turn (an array: a
+    # deque of pairs took a kilobyte a workload, docs/decisions/daemon-scale.md).
+    waiting: array[float] = field(default_factory=lambda: array("d"))
 
 
 class PredictivePolicy(PolicyBase):
@@ -270,13 +274,16 @@ class PredictivePolicy(PolicyBase):
         self._count_budget(observation, self.params.error_budget, details)
         if prompt is None or generation is None:
             return Proposal(None, "metrics-unavailable", details, missing)
+        waiting = observation.value(WAITING)
         work = work_in_replicas(
             prompt,
             generation,
-            observation.value(WAITING),
+            waiting,
             observation.value(FIRST_TOKENS_RATE),
             given.prefill_tokens_per_second,
             given.decode_tokens_per_second,
+            self._waiting_before(waiting, observation.now),
+            self.horizon,
         )
         utilization = self._learner().utilization
         growth = self._growth(work, observation.now)
@@ -291,6 +298,24 @@ class PredictivePolicy(PolicyBase):
         replicas = max(self._within(need, observation.current_replicas), given.floor_replicas)
         reason = "within-tolerance" if replicas == observation.current_replicas else "steady"
         return Proposal(replicas, reason, details)
+
+    def _waiting_before(self, waiting: float | None, now: float) -> float | None:
+        """The requests waiting a minute (``DRAIN_S``) before ``now``, the last reading kept at least that old and no
+        more than a tick older; None without one (a daemon just started, or a reading missed). ``waiting`` is kept
+        for the ticks after."""
+        readings = self.state.waiting
+        kept = 0
+        while kept < len(readings) and readings[kept] < now - DRAIN_S - self.ctx.interval:
+            kept += 2
+        del readings[:kept]
+        before = None
+        for at in range(0, len(readings), 2):
+            if readings[at] > now - DRAIN_S:
+                break
+            before = readings[at + 1]
+        if waiting is not None:
+            readings.extend((now, waiting))
+        return before
 
     def _growth(self, demand: float, now: float) -> float:
         """Add ``demand`` to the trend and return the rise it extrapolates over the horizon (never negative), at most

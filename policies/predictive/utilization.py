@@ -3,8 +3,14 @@
 **The work.** What the fleet is asked for, in replicas' worth of compute, from the counters vLLM exports over the
 last minute: ``prompt / P + generation / D`` replica-seconds a second, ``P`` a replica's prefill throughput and
 ``D`` its generation throughput at the largest batch it holds (``work_in_replicas``). A fleet that is short only
-serves what it can, so the tokens it processed understate what it is asked for; the requests waiting in its queues
-are added as work to be done within the minute the rates are read over (``DRAIN_S``).
+serves what it can, so the tokens it processed understate what it is asked for: what its queue grew by over that
+minute arrived beyond them (and what it shrank by was served from it), at the minute's mean request; and the queue
+itself is work to be done within the horizon, the cold start and a tick after which a replica ordered now serves.
+Without a reading of the queue a minute back (a daemon just started), the whole queue is the minute's (``DRAIN_S``).
+Worked example: a fleet that served 8 replicas' work while its queue went from 400 requests to 200, half a
+replica-second each, was asked for ``8 - 200 * 0.5 / 60 = 6.3``, and its queue is ``200 * 0.5 / 255 = 0.4`` more over
+a 255 s horizon: 6.7, where the queue read as the minute's work alone made it ``8 + 1.7 = 9.7`` and ordered replicas
+that start after it has drained (tests/test_utilization.py).
 
 **The utilization.** The policy holds ``work / u`` replicas. ``u`` starts where a load test of a few fixed replicas
 under steady traffic of the workload's requests meets the SLO (``simulate`` writes it), and then follows the
@@ -43,7 +49,7 @@ AIM = 0.85  # of the budget: what is left is for what the last day did not show
 PRIOR_MISSES = 100.0  # the start weighs as much as the first tokens that allow this many misses
 MEMORY_S = 86_400.0  # the last day's count
 BUCKET_S = 3_600.0
-DRAIN_S = 60.0  # the queue as work to do within the minute the rates are read over
+DRAIN_S = 60.0  # the minute the rates are read over, and the queue looked back over
 LEAST = 0.05
 MOST = 1.0  # a replica cannot do more than its compute
 
@@ -55,14 +61,23 @@ def work_in_replicas(
     first_tokens_per_second: float | None,
     prefill_tokens_per_second: float,
     decode_tokens_per_second: float,
+    waiting_before: float | None = None,
+    horizon: float = DRAIN_S,
 ) -> float:
     """The replicas' worth of compute the fleet is asked for (the module's docstring): the last minute's tokens at
-    the replica's throughputs, and its waiting requests at the minute's mean request over ``DRAIN_S``."""
+    the replica's throughputs, and its queue at the minute's mean request: with ``waiting_before`` (the requests
+    waiting a minute before), the queue's growth over the minute and the queue to be done within ``horizon`` (the
+    minute at least); without, the whole queue within the minute."""
     work = prompt_tokens_per_second / prefill_tokens_per_second
     work += generation_tokens_per_second / decode_tokens_per_second
-    if waiting and first_tokens_per_second and first_tokens_per_second > 0:
-        work += waiting * (work / first_tokens_per_second) / DRAIN_S
-    return work
+    if not first_tokens_per_second or first_tokens_per_second <= 0 or work <= 0:
+        return work
+    each = work / first_tokens_per_second
+    if waiting_before is None:
+        return work + (waiting or 0.0) * each / DRAIN_S
+    now = waiting or 0.0
+    arrived = max(work + (now - waiting_before) * each / DRAIN_S, 0.0)
+    return arrived + now * each / max(horizon, DRAIN_S)
 
 
 SLOTS = int(MEMORY_S // BUCKET_S)
