@@ -220,21 +220,27 @@ LULL_SHARE = 0.05  # of the trace's median minute: "almost no request"
 BUSY_MINUTE = 30  # a median minute under this many requests is a light trace, whose idle stretches are its own
 
 
-def lull_hint(trace: Trace) -> str | None:
-    """What to say of a busy trace that holds stretches of ``LULL_MINUTES`` or more with almost no request between
-    busy ones: a follower scales in over them and meets the traffic that returns after each short for a cold start,
-    where a fixed fleet does not. ServeGen's rate file holds such stretches where it records no client at all (84 of
-    its 2,016 windows, ``active_clients`` 0), more likely gaps in the recording than traffic that stopped."""
+def lulls(trace: Trace) -> tuple[float, list[tuple[int, int]]]:
+    """A busy trace's median minute, and its stretches of ``LULL_MINUTES`` or more with under ``LULL_SHARE`` of it
+    (the first minute of each and the one after its last, from the trace's start); none in a light trace."""
     if trace.requests == 0:
-        return None
+        return 0.0, []
     per_minute = np.bincount((trace.arrival_s // 60).astype(np.int64))
     busy = float(np.median(per_minute))
     if busy < BUSY_MINUTE:
-        return None
+        return busy, []
     quiet = np.concatenate([[False], per_minute < LULL_SHARE * busy, [False]]).astype(np.int8)
     edges = np.diff(quiet)
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    long = [(a, b) for a, b in zip(starts.tolist(), ends.tolist(), strict=True) if b - a >= LULL_MINUTES]
+    starts, ends = np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()
+    return busy, [(a, b) for a, b in zip(starts, ends, strict=True) if b - a >= LULL_MINUTES]
+
+
+def lull_hint(trace: Trace) -> str | None:
+    """What to say of a busy trace that holds stretches with almost no request between busy ones (``lulls``): a
+    follower scales in over them and meets the traffic that returns after each short for a cold start, where a fixed
+    fleet does not. ServeGen's rate file holds such stretches where it records no client at all (84 of its 2,016
+    windows, ``active_clients`` 0), more likely gaps in the recording than traffic that stopped."""
+    busy, long = lulls(trace)
     if not long:
         return None
     first, last = max(long, key=lambda stretch: stretch[1] - stretch[0])
