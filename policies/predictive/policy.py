@@ -58,8 +58,8 @@ class PredictiveState:
     capacity: CapacityLearner = field(default_factory=CapacityLearner)
     budget: BudgetLedger | None = None
     utilization: UtilizationLearner | None = None
-    # The follower's readings of its queue over the last minute and a tick: time and value, in turn (an array: a
-    # deque of pairs took a kilobyte a workload, docs/decisions/daemon-scale.md).
+    # The follower's readings of its queue over the last minute and a tick: time and value, in turn (an array of
+    # them takes about 0.2 kB a workload under tracemalloc, a deque of pairs 1.3 kB: the daemon holds 10,000).
     waiting: array[float] = field(default_factory=lambda: array("d"))
 
 
