@@ -1,6 +1,6 @@
 """Where the default ``predictive``'s misses fall on recorded days: after stretches with almost no request.
 
-``python -m lab.miss_windows --report docs/results`` (some fifteen minutes on two cores). For each recorded case of
+``python -m lab.miss_windows --report docs/results`` (some six minutes on two cores). For each recorded case of
 ``lab/decision_quality.py`` whose window holds such stretches (``simulations.runner.lulls``: half an hour or more
 under 5 % of the trace's median minute; ServeGen's rate file records no client at all in 84 of its windows), the
 default as ``simulate`` plans it for a file given only an SLO, planned on the case's own window and on the window
