@@ -222,10 +222,9 @@ BUSY_MINUTE = 30  # a median minute under this many requests is a light trace, w
 
 def lulls(trace: Trace) -> tuple[float, list[tuple[int, int]]]:
     """A busy trace's median minute, and its stretches of ``LULL_MINUTES`` or more with under ``LULL_SHARE`` of it
-    (the first minute of each and the one after its last, from the trace's start); none in a light trace."""
-    if trace.requests == 0:
-        return 0.0, []
-    per_minute = np.bincount((trace.arrival_s // 60).astype(np.int64))
+    (the first minute of each and the one after its last, as ``Trace.minutes`` counts them); none in a light
+    trace."""
+    per_minute = np.bincount(trace.minutes)
     busy = float(np.median(per_minute))
     if busy < BUSY_MINUTE:
         return busy, []
@@ -412,7 +411,7 @@ def _result(
         prefix_cache_hits=hits,
     )
     if by_minute:
-        minute = ((fleet.arrival - fleet.arrival[0]) // 60).astype(np.int64)
+        minute = trace.minutes  # the fleet's arrivals are the trace's
         result.missed_by_minute = np.bincount(minute, weights=~met)
         result.arrived_by_minute = np.bincount(minute).astype(np.float64)
     return result

@@ -350,9 +350,8 @@ def miss_curve(test: LoadTest, model: ReplicaModel, rate: float, steady: float, 
 def minute_work(trace: Trace, prefill_tokens_per_s: float, decode_tokens_per_s: float) -> np.ndarray:
     """The replicas' worth of work arriving in each minute of the trace: prompt tokens at the prefill speed, output
     tokens at the decode speed, as ``utilization.work_in_replicas`` counts it."""
-    minute = ((trace.arrival_s - trace.arrival_s[0]) // 60).astype(np.int64)
     cost = trace.prompt_tokens / prefill_tokens_per_s + trace.output_tokens / decode_tokens_per_s
-    work: np.ndarray = np.bincount(minute, weights=cost) / 60.0
+    work: np.ndarray = np.bincount(trace.minutes, weights=cost) / 60.0
     return work
 
 

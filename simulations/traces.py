@@ -149,6 +149,13 @@ class Trace:
     def duration_s(self) -> float:
         return float(self.arrival_s[-1] - self.arrival_s[0])
 
+    @property
+    def minutes(self) -> np.ndarray:
+        """Each request's minute from the trace's first arrival: how every count by minute bins the trace (the plan's
+        work, a run's misses, its stretches with almost no request)."""
+        minute: np.ndarray = ((self.arrival_s - self.arrival_s[0]) // 60).astype(np.int64)
+        return minute
+
     @cached_property
     def least_prefill_tokens(self) -> np.ndarray:
         """Each request's prompt tokens that no prefix cache can spare it (``PrefixBlocks.least_prefill``);
