@@ -169,26 +169,39 @@ def simulate(args: list[str], batch: int) -> dict[str, object]:
     return report
 
 
+def case_request(case: list[str], batch: int) -> Any:
+    """The ``SimulationRequest`` of ``simulate`` run on ``case`` with its batch, as this lab parses it."""
+    from autoscaler.cli import build_parser
+    from autoscaler.cli.simulate import simulation_request
+
+    parsed = build_parser().parse_args(["simulate", *case, "--replica", f"max_num_seqs={batch}", "-q"])
+    return simulation_request(parsed, None)
+
+
+def planned_window(case: list[str]) -> str:
+    """The window ``PLANNED_ON`` names for ``case``'s: the recording its plan is made on in the third table."""
+    return PLANNED_ON[case[case.index("--window") + 1]]
+
+
+def planned_on(case: list[str]) -> list[str]:
+    """``case`` with its ``--window`` the one its plan is made on (``planned_window``)."""
+    window = case.index("--window") + 1
+    return [*case[:window], planned_window(case), *case[window + 1 :]]
+
+
 def planned_elsewhere(case: list[str], batch: int) -> tuple[dict[str, object], tuple[int, dict[str, Any]]]:
     """``simulate``'s report of the case run with the policy it plans on the window ``PLANNED_ON`` names for it
     (what ``--write-config`` writes from that window, run with ``--config``), and beside it the other plan a
     recording allows: the fewest fixed replicas that meet the SLO over that window, run here (``recorded_fleet``)."""
-    from autoscaler.cli import build_parser
-    from autoscaler.cli.simulate import simulation_request
     from simulations.request import resolve
     from simulations.request import simulate as simulated
     from simulations.sizing import fixed_run
 
-    def request(args: list[str]) -> Any:
-        parsed = build_parser().parse_args(["simulate", *args, "--replica", f"max_num_seqs={batch}", "-q"])
-        return simulation_request(parsed, None)
-
-    window = case.index("--window") + 1
-    elsewhere = request([*case[:window], PLANNED_ON[case[window]], *case[window + 1 :]])
+    elsewhere = case_request(planned_on(case), batch)
     ttft, target = elsewhere.slo()
     recorded_model, recorded_trace, document, _ = resolve(elsewhere, ttft, target)
     fleet = recorded_fleet(recorded_trace, recorded_model, ttft, target)
-    done = simulated(replace(request(case), document=document, slo_ttft=ttft, slo_target=target))
+    done = simulated(replace(case_request(case, batch), document=document, slo_ttft=ttft, slo_target=target))
     fixed = fixed_run(done.comparison.trace, done.comparison.model, fleet, ttft)  # the window simulate read
     return done.report, (fleet, {"gpu_hours": fixed.gpu_hours, "slo_attainment": fixed.slo_attainment})
 
@@ -250,10 +263,10 @@ def moved_table(
             missed = run["slo_attainment"] < target_of(case)
             into.append((run["gpu_hours"] / best, missed))
             marks.append(f"{run['gpu_hours'] / best:.2f}{' (misses)' if missed else ''}")
-        planned_on = PLANNED_ON[case[case.index("--window") + 1]]
         rows.append(
-            f"| {title}, planned on {planned_on}, {report['requests']:,} requests | {cell(runs['predictive'])} | "
-            f"{fleet} replicas, {figures(fixed)} | {cell(runs['static-best'])} | {' | '.join(marks)} |"
+            f"| {title}, planned on {planned_window(case)}, {report['requests']:,} requests | "
+            f"{cell(runs['predictive'])} | {fleet} replicas, {figures(fixed)} | {cell(runs['static-best'])} | "
+            f"{' | '.join(marks)} |"
         )
         print(rows[-1], file=sys.stderr)
     return rows, ratios, fixed_ratios

@@ -17,11 +17,10 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from lab.decision_quality import CASES, MORE_CASES, PLANNED_ON, target_of
+from lab.decision_quality import CASES, MORE_CASES, PLANNED_ON, case_request, planned_on, planned_window, target_of
 from simulations.results import write_dated
 
 AFTER_MINUTES = 20  # a cold start and a tick, and the queue they leave to drain
@@ -38,14 +37,6 @@ class Counted:
     lulls: int
 
 
-def _request(case: list[str], batch: int) -> Any:
-    from autoscaler.cli import build_parser
-    from autoscaler.cli.simulate import simulation_request
-
-    parsed = build_parser().parse_args(["simulate", *case, "--replica", f"max_num_seqs={batch}", "-q"])
-    return simulation_request(parsed, None)
-
-
 def counted(case: list[str], batch: int, elsewhere: bool) -> Counted:
     """The case's default run, planned on its own window or (``elsewhere``) on ``PLANNED_ON``'s."""
     from simulations.contenders import policy_contender
@@ -53,13 +44,11 @@ def counted(case: list[str], batch: int, elsewhere: bool) -> Counted:
     from simulations.request import resolve
     from simulations.runner import lulls, run
 
-    request = _request(case, batch)
+    request = case_request(case, batch)
     ttft, target = request.slo()
     model, trace, document, _ = resolve(request, ttft, target)
     if elsewhere:
-        window = case.index("--window") + 1
-        other = _request([*case[:window], PLANNED_ON[case[window]], *case[window + 1 :]], batch)
-        _, _, document, _ = resolve(other, ttft, target)
+        _, _, document, _ = resolve(case_request(planned_on(case), batch), ttft, target)
     workload = document.workloads[0]
     initial = max(1, oracle_bound(trace, model, 0, ttft, target).busiest_fleet)
     result = run(trace, model, policy_contender(document, workload, model), initial, ttft, by_minute=True)
@@ -88,7 +77,7 @@ def with_lulls() -> list[tuple[str, list[str], int]]:
     for title, case, batch in (*CASES, *MORE_CASES):
         if "--window" not in case or case[case.index("--window") + 1] not in PLANNED_ON:
             continue
-        _, trace = inputs(_request(case, batch))
+        _, trace = inputs(case_request(case, batch))
         if lulls(trace)[1]:
             chosen.append((title, case, batch))
     return chosen
@@ -103,8 +92,7 @@ def _row(job: tuple[str, list[str], int]) -> str:
         cells.append(
             f"{c.attainment:.4f}{mark}, {c.misses:,} | {c.after_share:.0%} (requests {c.requests_after_share:.1%})"
         )
-    planned_on = PLANNED_ON[case[case.index("--window") + 1]]
-    row = f"| {title} ({c.lulls}) | {cells[0]} | {planned_on} | {cells[1]} |"
+    row = f"| {title} ({c.lulls}) | {cells[0]} | {planned_window(case)} | {cells[1]} |"
     print(row, file=sys.stderr)
     return row
 
