@@ -15,7 +15,7 @@ trace. Each kind of traffic has its bars (``failed_bars``):
 - a flat hour: the SLO met wherever static-best meets it, for at most 15 % more than static-best;
 - a bursty hour: at least keda-sum's attainment, for no more than static-best's GPU-hours.
 
-About fifteen minutes on two cores.
+About ten minutes on two cores.
 """
 
 from __future__ import annotations
