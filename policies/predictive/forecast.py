@@ -4,9 +4,9 @@ the horizon only when it is significant and rises in both halves of the window (
 from __future__ import annotations
 
 import math
-from array import array
-from bisect import bisect_left
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from policies.predictive.samples import Samples
 
 SIGNIFICANCE = 3.0
 
@@ -18,29 +18,12 @@ def default_horizon(cold_start_seconds: float, interval: float) -> float:
 
 
 @dataclass
-class TrendState:
-    """The demand samples of the last ``window`` seconds: their times, rising, and their demands, in two arrays of
-    doubles. 16 bytes a sample, where a deque of pairs took about 90: a window of ten minutes at 15 s ticks held 3.8 kB
-    a workload, 38 MB of a daemon of 10,000 (tracemalloc; docs/decisions/daemon-scale.md)."""
-
-    times: array[float] = field(default_factory=lambda: array("d"))
-    demands: array[float] = field(default_factory=lambda: array("d"))
-
-    @property
-    def samples(self) -> list[tuple[float, float]]:
-        """The samples as ``(time, demand)`` pairs, oldest first."""
-        return list(zip(self.times, self.demands, strict=True))
+class TrendState(Samples):
+    """The demand samples of the last ``window`` seconds."""
 
     def update(self, demand: float, now: float, window: float) -> None:
-        if self.times and now <= self.times[-1]:
-            self.demands[-1] = demand
-        else:
-            self.times.append(now)
-            self.demands.append(demand)
-        old = bisect_left(self.times, now - window)  # those before the window
-        if old:
-            del self.times[:old]
-            del self.demands[:old]
+        self.add(now, demand)
+        self.drop_before(now - window)
 
     def growth(self, horizon: float, window: float) -> float:
         """The rise a sustained trend adds over ``horizon`` seconds; 0 when there is none.

@@ -4,7 +4,6 @@ the rule)."""
 from __future__ import annotations
 
 import math
-from array import array
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
@@ -41,6 +40,7 @@ from policies.predictive.headroom import LEARNED_SHARE, default_headroom
 from policies.predictive.params import ErrorBudgetParams, PredictiveParams, prompt_spread
 from policies.predictive.pooling import pooled_replicas
 from policies.predictive.rises import RiseHistory
+from policies.predictive.samples import Samples
 from policies.predictive.utilization import DRAIN_S, UtilizationLearner, work_in_replicas
 from policies.replica_calculator import demand_in_replicas
 from policies.threshold import tolerance_for
@@ -58,9 +58,7 @@ class PredictiveState:
     capacity: CapacityLearner = field(default_factory=CapacityLearner)
     budget: BudgetLedger | None = None
     utilization: UtilizationLearner | None = None
-    # The follower's readings of its queue over the last minute and a tick: time and value, in turn (an array of
-    # them takes about 0.2 kB a workload under tracemalloc, a deque of pairs 1.3 kB: the daemon holds 10,000).
-    waiting: array[float] = field(default_factory=lambda: array("d"))
+    waiting: Samples = field(default_factory=Samples)  # the follower's queue over the last minute and a tick
 
 
 class PredictivePolicy(PolicyBase):
@@ -304,17 +302,10 @@ class PredictivePolicy(PolicyBase):
         more than a tick older; None without one (a daemon just started, or a reading missed). ``waiting`` is kept
         for the ticks after."""
         readings = self.state.waiting
-        kept = 0
-        while kept < len(readings) and readings[kept] < now - DRAIN_S - self.ctx.interval:
-            kept += 2
-        del readings[:kept]
-        before = None
-        for at in range(0, len(readings), 2):
-            if readings[at] > now - DRAIN_S:
-                break
-            before = readings[at + 1]
+        readings.drop_before(now - DRAIN_S - self.ctx.interval)
+        before = readings.last_at_or_before(now - DRAIN_S)
         if waiting is not None:
-            readings.extend((now, waiting))
+            readings.add(now, waiting)
         return before
 
     def _growth(self, demand: float, now: float) -> float:
