@@ -5,7 +5,7 @@ bars its record sets; written to ``docs/results/DATE-held-out.md``.
 
 Seven probes, each ``vllm-autoscaler simulate --policy predictive``, untuned, the built-in workload given only an
 SLO: recorded days of rates at other windows and scales than the decision-quality lab's, on replicas of 32 to 128
-sequences, 2,500 to 10,000 prompt tokens/s and 80,000 to 500,000 KV tokens, cold starts of 120 to 420 s and SLOs
+sequences, 2,500 to 12,000 prompt tokens/s and 80,000 to 500,000 KV tokens, cold starts of 90 to 420 s and SLOs
 of 1.2 to 4 s at 98 to 99.5 %; the Azure conversation hour as recorded and three times as fast, and the Mooncake
 trace. Each kind of traffic has its bars (``failed_bars``):
 
